@@ -1,0 +1,103 @@
+// libnexus: a tenant's connection to nexusd.
+//
+//   auto client = nexus::Client::attach({.tenant = "alice-reach"});
+//   nexus::Tensor t = client->alloc(nexus::DType::UInt8, {1 << 20});   // in the shared arena
+//   fill(t.raw());                                                      // written once, in place
+//   auto digest = client->digest(t);                                    // blocking form
+//   auto later = client->ping_async(bytes);  ...  later.get();          // asynchronous form
+//
+// Thread safety: a Client may be used from several threads; submissions are serialized and
+// one thread at a time drives the response ring on behalf of all waiters.
+// Failures throw nexus::Error; a daemon that dies is reported as ErrorCode::DaemonGone within
+// the caller's timeout, never as a hang.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "nexus/error.hpp"
+#include "nexus/status.hpp"
+#include "nexus/tensor.hpp"
+
+namespace nexus {
+
+// How a caller waits for a reply or for ring space.
+enum class WaitMode {
+  Adaptive,  // spin for ClientOptions::spin, then block on the doorbell
+  Spin,      // never block: lowest latency, burns a core while waiting
+  Block      // block on the doorbell at once: no CPU while waiting
+};
+
+struct ClientOptions {
+  std::string socket_path = "/run/nexus/nexusd.sock";
+  std::string tenant;                        // 1-64 of [A-Za-z0-9._-]; bound to your uid
+  std::uint32_t ring_bytes = 256 * 1024;     // per ring
+  std::uint64_t client_arena_bytes = 64ull << 20;
+  std::uint64_t output_arena_bytes = 16ull << 20;
+  WaitMode wait = WaitMode::Adaptive;
+  std::chrono::microseconds spin{50};
+  std::chrono::milliseconds timeout{10000};  // default deadline of blocking calls
+  bool block_when_full = true;               // false: a full request ring throws WouldBlock
+};
+
+namespace detail {
+struct ClientState;
+}
+
+// A reply that may not have arrived yet. get() drives the response ring until it has.
+// Must not outlive its Client.
+template <class T>
+class Future {
+ public:
+  bool ready() const;
+  // Blocks until the reply arrives or `timeout` passes (then throws Timeout).
+  T get(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  std::uint64_t request_id() const { return id_; }
+
+ private:
+  friend class Client;
+  Future(detail::ClientState* state, std::uint64_t id) : state_(state), id_(id) {}
+  detail::ClientState* state_;
+  std::uint64_t id_;
+};
+
+struct DigestResult {
+  std::uint64_t fnv1a = 0;
+  std::uint64_t bytes = 0;
+};
+
+class Client {
+ public:
+  // Connects, authenticates (your uid), maps the segment. Throws nexus::Error.
+  static std::unique_ptr<Client> attach(const ClientOptions& options);
+  ~Client();  // detaches
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  std::uint64_t session_id() const;
+  const ClientOptions& options() const;
+
+  // A tensor in the client arena. Throws ArenaFull or BadTensor.
+  Tensor alloc(DType dtype, std::vector<std::int64_t> shape);
+
+  // Echo: the daemon returns the payload (at most 64 KiB).
+  Future<std::vector<std::uint8_t>> ping_async(std::span<const std::uint8_t> payload);
+  std::vector<std::uint8_t> ping(std::span<const std::uint8_t> payload);
+
+  // The daemon reads the tensor in place and returns its FNV-1a digest.
+  Future<DigestResult> digest_async(const Tensor& tensor);
+  DigestResult digest(const Tensor& tensor);
+
+ private:
+  explicit Client(std::unique_ptr<detail::ClientState> state);
+  std::unique_ptr<detail::ClientState> state_;
+};
+
+// FNV-1a 64 of a byte range: what digest() should return for it.
+std::uint64_t fnv1a(std::span<const std::uint8_t> bytes);
+
+}  // namespace nexus

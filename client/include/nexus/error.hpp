@@ -1,0 +1,45 @@
+// Errors reported by libnexus. Every failure a tenant can see is an nexus::Error with a code
+// (the same numbering as nexus.fbs ErrorCode) and a sentence saying what happened.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace nexus {
+
+enum class ErrorCode : std::uint16_t {
+  None = 0,
+  BadMessage,
+  BadLengthPrefix,
+  RingCorrupt,
+  MessageTooLarge,
+  UnsupportedVersion,
+  WrongMessageType,
+  TensorOutOfBounds,
+  BadTensor,
+  PermissionDenied,
+  AlreadyAttached,
+  SegmentTooLarge,
+  TooManyTenants,
+  Busy,
+  WouldBlock,
+  Timeout,
+  DaemonGone,
+  Internal,
+  ArenaFull,      // client-side: the client arena has no room for the tensor
+  ConnectFailed,  // client-side: nothing listens on the socket path
+};
+
+const char* error_code_name(ErrorCode code);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& reason)
+      : std::runtime_error(std::string(error_code_name(code)) + ": " + reason), code_(code) {}
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace nexus

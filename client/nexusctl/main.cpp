@@ -1,0 +1,64 @@
+// nexusctl: the administrator's view of nexusd.
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "nexus/status.hpp"
+
+namespace {
+
+int status_command(const std::string& socket, bool json) {
+  const nexus::DaemonStatus s = nexus::query_status(socket);
+  if (json) {
+    nlohmann::json j;
+    j["daemon_version"] = s.daemon_version;
+    j["protocol_version"] = s.protocol_version;
+    j["pid"] = s.pid;
+    j["uptime_s"] = s.uptime_s;
+    j["message_bytes_copied"] = s.message_bytes_copied;
+    j["tensor_bytes_copied"] = s.tensor_bytes_copied;
+    j["tenants"] = nlohmann::json::array();
+    for (const auto& t : s.tenants)
+      j["tenants"].push_back({{"name", t.name}, {"uid", t.uid}, {"pid", t.pid},
+                              {"session_id", t.session_id}, {"segment_bytes", t.segment_bytes},
+                              {"requests", t.requests}, {"errors", t.errors},
+                              {"attached_s", t.attached_s}});
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::printf("nexusd %s (protocol %u), pid %d, up %.1f s\n", s.daemon_version.c_str(),
+              s.protocol_version, s.pid, s.uptime_s);
+  std::printf("%zu tenant(s) attached\n", s.tenants.size());
+  if (!s.tenants.empty()) {
+    std::printf("  %-24s %7s %8s %8s %12s %10s %7s %9s\n", "TENANT", "UID", "PID", "SESSION",
+                "SEGMENT", "REQUESTS", "ERRORS", "ATTACHED");
+    for (const auto& t : s.tenants)
+      std::printf("  %-24s %7u %8d %8llu %9.1f MiB %10llu %7llu %8.1fs\n", t.name.c_str(), t.uid,
+                  t.pid, static_cast<unsigned long long>(t.session_id), t.segment_bytes / 1048576.0,
+                  static_cast<unsigned long long>(t.requests),
+                  static_cast<unsigned long long>(t.errors), t.attached_s);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"nexusctl: inspect and steer nexusd"};
+  std::string socket = "/run/nexus/nexusd.sock";
+  app.add_option("-s,--socket", socket, "nexusd control socket");
+  bool json = false;
+  auto* status = app.add_subcommand("status", "daemon version, uptime, attached tenants");
+  status->add_flag("--json", json, "one JSON object on stdout");
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (status->parsed()) return status_command(socket, json);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nexusctl: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,33 @@
+#include "daemon/config/config.hpp"
+
+#include <stdexcept>
+#include <toml++/toml.h>
+
+namespace nexus::daemon {
+
+DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw std::runtime_error("config " + path + ": " + std::string(e.description()));
+  }
+  const auto d = t["daemon"];
+  auto positive = [&](const char* key, std::int64_t v) {
+    if (v <= 0) throw std::runtime_error("config " + path + ": daemon." + key + " must be > 0");
+    return v;
+  };
+  if (auto v = d["socket"].value<std::string>()) c.socket_path = *v;
+  if (auto v = d["max_tenants"].value<std::int64_t>())
+    c.max_tenants = static_cast<std::uint32_t>(positive("max_tenants", *v));
+  if (auto v = d["max_segment_mib"].value<std::int64_t>())
+    c.max_segment_bytes = static_cast<std::uint64_t>(positive("max_segment_mib", *v)) << 20;
+  if (auto v = d["spin_us"].value<std::int64_t>()) {
+    if (*v < 0) throw std::runtime_error("config " + path + ": daemon.spin_us must be >= 0");
+    c.spin = std::chrono::microseconds(*v);
+  }
+  if (auto v = d["log_level"].value<std::string>()) c.log_level = *v;
+  return c;
+}
+
+}  // namespace nexus::daemon

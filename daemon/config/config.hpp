@@ -1,0 +1,23 @@
+// nexusd configuration: a TOML file (systemd/nexusd.toml documents every key) overridden by
+// command-line flags.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace nexus::daemon {
+
+struct DaemonConfig {
+  std::string socket_path = "/run/nexus/nexusd.sock";
+  std::uint32_t socket_mode = 0666;          // access is decided per connection (SO_PEERCRED)
+  std::uint32_t max_tenants = 64;
+  std::uint64_t max_segment_bytes = 1ull << 30;  // per tenant: rings + both arenas
+  std::uint32_t max_pending_connections = 256;   // accepted, not yet attached
+  std::chrono::microseconds spin{100};       // reactor busy-polls this long after the last work
+  std::string log_level = "info";
+};
+
+// Loads `path` over the defaults; throws std::runtime_error with the file and key on bad input.
+DaemonConfig load_config_file(const std::string& path, DaemonConfig base = {});
+
+}  // namespace nexus::daemon

@@ -1,0 +1,28 @@
+// Builds reply messages for the response ring. One per reactor thread; reuses its buffer.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include "nexus/wire/nexus_generated.h"
+
+namespace nexus::daemon {
+
+class ReplyBuilder {
+ public:
+  std::span<const std::uint8_t> error(std::uint64_t request_id, wire::ErrorCode code,
+                                      std::string_view reason);
+  std::span<const std::uint8_t> ping(std::uint64_t request_id,
+                                     std::span<const std::uint8_t> payload);
+  std::span<const std::uint8_t> digest(std::uint64_t request_id, std::uint64_t fnv1a,
+                                       std::uint64_t bytes);
+
+ private:
+  std::span<const std::uint8_t> finish(std::uint64_t request_id, wire::Body type,
+                                       flatbuffers::Offset<void> body);
+  flatbuffers::FlatBufferBuilder fbb_{1024};
+};
+
+}  // namespace nexus::daemon

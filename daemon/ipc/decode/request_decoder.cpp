@@ -1,0 +1,83 @@
+#include "daemon/ipc/decode/request_decoder.hpp"
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <algorithm>
+
+#include "schema/protocol.hpp"
+
+namespace nexus::daemon {
+namespace {
+
+DecodeError error(std::uint64_t id, wire::ErrorCode code, std::string reason) {
+  return DecodeError{id, code, std::move(reason)};
+}
+
+}  // namespace
+
+DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLimits& limits) {
+  // Depth and table limits well under the Verifier's defaults: our messages are shallow.
+  flatbuffers::Verifier verifier(bytes.data(), bytes.size(), /*max_depth=*/16,
+                                 /*max_tables=*/1024);
+  if (!wire::VerifyMessageBuffer(verifier))
+    return error(0, wire::ErrorCode::BadMessage,
+                 "message of " + std::to_string(bytes.size()) + " bytes failed verification");
+  const wire::Message* msg = wire::GetMessage(bytes.data());
+  const std::uint64_t id = msg->request_id();
+  if (msg->protocol_version() != schema::kProtocolVersion)
+    return error(id, wire::ErrorCode::UnsupportedVersion,
+                 "protocol version " + std::to_string(msg->protocol_version()) +
+                     ", daemon speaks " + std::to_string(schema::kProtocolVersion));
+
+  // A union type without its table passes the Verifier: treat it as no body at all.
+  if (msg->body() == nullptr)
+    return error(id, wire::ErrorCode::WrongMessageType, "message has no body");
+
+  DecodedRequest req;
+  req.request_id = id;
+  req.type = msg->body_type();
+  req.message = msg;
+  switch (msg->body_type()) {
+    case wire::Body::PingRequest: {
+      const auto* payload = msg->body_as_PingRequest()->payload();
+      const std::uint64_t cap = std::min<std::uint64_t>(kMaxPingPayload, limits.max_reply_payload);
+      if (payload && payload->size() > cap)
+        return error(id, wire::ErrorCode::MessageTooLarge,
+                     "ping payload " + std::to_string(payload->size()) + " bytes > " +
+                         std::to_string(cap));
+      return req;
+    }
+    case wire::Body::DigestRequest: {
+      req.input = schema::check_tensor_ref(msg->body_as_DigestRequest()->input(), limits.client_arena_bytes);
+      if (!req.input) return error(id, req.input.code, req.input.reason);
+      return req;
+    }
+    case wire::Body::NONE:
+      return error(id, wire::ErrorCode::WrongMessageType, "message has no body");
+    default:
+      return error(id, wire::ErrorCode::WrongMessageType,
+                   std::string("a client may not send ") +
+                       (static_cast<unsigned>(msg->body_type()) <= static_cast<unsigned>(wire::Body::MAX)
+                            ? wire::EnumNameBody(msg->body_type())
+                            : "an unknown body type"));
+  }
+}
+
+std::variant<ControlRequest, DecodeError> decode_control(std::span<const std::uint8_t> frame) {
+  flatbuffers::Verifier verifier(frame.data(), frame.size(), 16, 1024);
+  if (!verifier.VerifyBuffer<wire::ControlMessage>(nullptr))
+    return error(0, wire::ErrorCode::BadMessage, "control frame failed verification");
+  const auto* msg = flatbuffers::GetRoot<wire::ControlMessage>(frame.data());
+  const auto type = msg->body() ? msg->body_type() : wire::ControlBody::NONE;
+  if (type == wire::ControlBody::StatusRequest &&
+      msg->body_as_StatusRequest()->protocol_version() != schema::kProtocolVersion)
+    return error(0, wire::ErrorCode::UnsupportedVersion,
+                 "protocol version " + std::to_string(msg->body_as_StatusRequest()->protocol_version()) +
+                     ", daemon speaks " + std::to_string(schema::kProtocolVersion));
+  if (type != wire::ControlBody::AttachRequest && type != wire::ControlBody::StatusRequest)
+    return error(0, wire::ErrorCode::WrongMessageType,
+                 "the control socket accepts AttachRequest and StatusRequest only");
+  return ControlRequest{type, msg};
+}
+
+}  // namespace nexus::daemon

@@ -1,0 +1,21 @@
+// The control socket: adopted from systemd socket activation (sd_listen_fds) when one was
+// passed, else bound at the configured path.
+#pragma once
+#include <string>
+
+#include "daemon/config/config.hpp"
+
+namespace nexus::daemon {
+
+struct Listener {
+  int fd = -1;
+  bool from_systemd = false;
+  std::string path;  // the path we bound and must unlink on exit (empty when from systemd)
+};
+
+// Throws std::runtime_error naming the path and errno on failure, including when another
+// daemon already answers on the path.
+Listener open_listener(const DaemonConfig& config);
+void close_listener(Listener& l);
+
+}  // namespace nexus::daemon

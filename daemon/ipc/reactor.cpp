@@ -1,0 +1,215 @@
+#include "daemon/ipc/reactor.hpp"
+
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+
+#include "daemon/log/log.hpp"
+#include "schema/doorbell.hpp"
+
+namespace nexus::daemon {
+namespace {
+
+constexpr std::uint64_t kTagShift = 56;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+}  // namespace
+
+Reactor::Reactor(DaemonConfig config, int listen_fd)
+    : config_(std::move(config)), listen_fd_(listen_fd) {
+  epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  signal_fd_ = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  watch(listen_fd_, Tag::Listener, 0, true);
+  watch(signal_fd_, Tag::Signal, 0, true);
+}
+
+Reactor::~Reactor() {
+  sessions_.clear();
+  for (auto& [id, c] : connections_) ::close(c.fd);
+  ::close(signal_fd_);
+  ::close(epoll_);
+}
+
+void Reactor::watch(int fd, Tag tag, std::uint64_t id, bool add) {
+  epoll_event ev{};
+  const bool socket = tag == Tag::TenantSocket || tag == Tag::Connection;
+  ev.events = EPOLLIN | (socket ? static_cast<std::uint32_t>(EPOLLRDHUP) : 0u);
+  ev.data.u64 = (static_cast<std::uint64_t>(tag) << kTagShift) | id;
+  ::epoll_ctl(epoll_, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
+}
+
+void Reactor::run() {
+  sd_notify(0, "READY=1");
+  NEXUS_LOG(info, "ready", "pid={} spin_us={} max_tenants={}", ::getpid(), config_.spin.count(),
+            config_.max_tenants);
+  auto last_work = std::chrono::steady_clock::now();
+  std::uint32_t polls = 0;
+  for (;;) {
+    const bool worked = poll_rings();
+    if (any_broken_) {
+      std::vector<std::uint64_t> broken;
+      for (auto& [id, s] : sessions_)
+        if (s->broken) broken.push_back(id);
+      for (auto id : broken) detach(id, "tenant corrupted its response ring");
+      any_broken_ = false;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (worked) last_work = now;
+    // Control events are checked without blocking every few hundred polls while busy.
+    if (worked || now - last_work < config_.spin) {
+      if ((++polls & 255) == 0 && !handle_events(0)) break;
+      if (!worked) cpu_relax();
+      continue;
+    }
+    // Idle past the spin budget: announce that we sleep, re-check, then block.
+    for (auto& [id, s] : sessions_) {
+      s->requests.set_consumer_sleeping(true);
+      if (!s->pending.empty()) s->responses.set_producer_sleeping(true);
+    }
+    bool raced = false;
+    for (auto& [id, s] : sessions_) raced = raced || !s->requests.empty();
+    bool has_pending = false;
+    for (auto& [id, s] : sessions_) has_pending = has_pending || !s->pending.empty();
+    const bool keep_running = raced || handle_events(has_pending ? 1 : 500);
+    for (auto& [id, s] : sessions_) {
+      s->requests.set_consumer_sleeping(false);
+      s->responses.set_producer_sleeping(false);
+    }
+    if (!keep_running) break;
+    last_work = std::chrono::steady_clock::now();
+  }
+  sd_notify(0, "STOPPING=1");
+  NEXUS_LOG(info, "stopping", "tenants={}", sessions_.size());
+}
+
+bool Reactor::handle_events(int timeout_ms) {
+  epoll_event events[64];
+  const int n = ::epoll_wait(epoll_, events, 64, timeout_ms);
+  if (n < 0 && errno != EINTR) throw std::runtime_error(std::string("epoll_wait: ") + std::strerror(errno));
+  bool keep_running = true;
+  for (int i = 0; i < n; ++i) {
+    const auto tag = static_cast<Tag>(events[i].data.u64 >> kTagShift);
+    const std::uint64_t id = events[i].data.u64 & ((1ull << kTagShift) - 1);
+    switch (tag) {
+      case Tag::Listener: accept_all(); break;
+      case Tag::Signal: {
+        signalfd_siginfo si;
+        while (::read(signal_fd_, &si, sizeof si) == sizeof si) {
+          NEXUS_LOG(info, "signal", "signo={}", si.ssi_signo);
+          keep_running = false;
+        }
+        break;
+      }
+      case Tag::Connection: on_connection(id); break;
+      case Tag::TenantSocket: {
+        auto it = sessions_.find(id);
+        if (it == sessions_.end()) break;
+        // Tenants send nothing after attach: readable means EOF (or junk, which we discard).
+        char buf[256];
+        const ssize_t got = ::recv(it->second->socket, buf, sizeof buf, MSG_DONTWAIT);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR) ||
+            (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)))
+          detach(id, "socket closed");
+        break;
+      }
+      case Tag::Doorbell: {
+        auto it = sessions_.find(id);
+        if (it != sessions_.end()) schema::drain_doorbell(it->second->daemon_doorbell);
+        break;
+      }
+    }
+  }
+  if (sd_watchdog_enabled(0, nullptr) > 0) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_watchdog_ > std::chrono::seconds(1)) {
+      sd_notify(0, "WATCHDOG=1");
+      last_watchdog_ = now;
+    }
+  }
+  return keep_running;
+}
+
+void Reactor::accept_all() {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK)
+        NEXUS_LOG(warn, "accept_failed", "errno={}", std::strerror(errno));
+      return;
+    }
+    ucred peer{};
+    socklen_t len = sizeof peer;
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 ||
+        connections_.size() >= config_.max_pending_connections) {
+      NEXUS_LOG(warn, "connection_refused", "reason={}",
+                connections_.size() >= config_.max_pending_connections ? "too_many_pending"
+                                                                       : "no_peer_credentials");
+      ::close(fd);
+      continue;
+    }
+    const std::uint64_t id = next_id_++;
+    connections_.emplace(id, Connection{fd, peer, {}});
+    watch(fd, Tag::Connection, id, true);
+  }
+}
+
+void Reactor::on_connection(std::uint64_t id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  std::vector<std::uint8_t> frame;
+  for (;;) {
+    switch (it->second.frames.feed(it->second.fd, frame)) {
+      case schema::FrameAccumulator::Result::NeedMore: return;
+      case schema::FrameAccumulator::Result::Closed:
+        close_connection(id);
+        return;
+      case schema::FrameAccumulator::Result::Malformed:
+        refuse(it->second, false, wire::ErrorCode::MessageTooLarge, "control frame too large");
+        close_connection(id);
+        return;
+      case schema::FrameAccumulator::Result::Frame:
+        // false: the connection was closed or became a tenant session.
+        if (!handle_control_frame(id, it->second, frame)) return;
+        break;
+    }
+  }
+}
+
+void Reactor::close_connection(std::uint64_t id) {
+  auto it = connections_.find(id);
+  if (it == connections_.end()) return;
+  ::close(it->second.fd);  // also removes it from the epoll set
+  connections_.erase(it);
+}
+
+void Reactor::detach(std::uint64_t id, const char* why) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  const TenantSession& s = *it->second;
+  NEXUS_LOG(info, "detach", "tenant={} uid={} pid={} session={} served={} errors={} reason=\"{}\"",
+            s.name, s.peer.uid, s.peer.pid, s.session_id, s.served, s.errors, why);
+  registry_.release(s.name);
+  sessions_.erase(it);  // unmaps the segment, closes socket and doorbells
+}
+
+}  // namespace nexus::daemon

@@ -1,0 +1,91 @@
+// The daemon's I/O reactor: one thread, one epoll set, every tenant.
+//
+// It accepts control connections, attaches tenants (segment + doorbells passed over
+// SCM_RIGHTS), drains every request ring round-robin (at most kMaxPerRound messages per tenant
+// per pass, so no tenant can starve another), answers on the response rings, and detaches a
+// tenant the moment its socket reports EOF.
+//
+// Waiting: after the last piece of work the reactor busy-polls the rings for `config.spin`
+// (lowest latency), then marks every request ring "consumer sleeping", re-checks, and blocks in
+// epoll_wait on the listener, the tenants' sockets and their doorbells (see schema/ring.hpp).
+//
+// Thread safety: run() on one thread; request_stop() from any thread or signal context.
+#pragma once
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "daemon/config/config.hpp"
+#include "daemon/ipc/decode/reply_builder.hpp"
+#include "daemon/ipc/tenant_session.hpp"
+#include "daemon/master/tenant_registry.hpp"
+#include "nexus/wire/nexus_generated.h"
+#include "schema/control_frame.hpp"
+
+namespace nexus::daemon {
+
+class Reactor {
+ public:
+  static constexpr int kMaxPerRound = 32;
+
+  Reactor(DaemonConfig config, int listen_fd);
+  ~Reactor();
+  Reactor(const Reactor&) = delete;
+  Reactor& operator=(const Reactor&) = delete;
+
+  // Serves until SIGTERM/SIGINT (blocked by the caller and delivered through a signalfd).
+  void run();
+
+ private:
+  struct Connection {  // accepted, not (yet) attached: attach or status requests
+    int fd;
+    ucred peer;
+    schema::FrameAccumulator frames;
+  };
+  enum class Tag : std::uint64_t { Listener = 1, Signal, Connection, TenantSocket, Doorbell };
+
+  // reactor.cpp: events and lifecycle
+  bool handle_events(int timeout_ms);  // false once a stop signal arrived
+  void accept_all();
+  void on_connection(std::uint64_t id);
+  void close_connection(std::uint64_t id);
+  void detach(std::uint64_t id, const char* why);
+  void watch(int fd, Tag tag, std::uint64_t id, bool add);
+
+  // reactor_control.cpp: attach and status on the control socket
+  bool handle_control_frame(std::uint64_t id, Connection& c, std::span<const std::uint8_t> frame);
+  bool attach(std::uint64_t id, Connection& c, const wire::AttachRequest& req);
+  void send_status(Connection& c);
+  void refuse(Connection& c, bool attach_reply, wire::ErrorCode code, const std::string& reason);
+
+  // reactor_serve.cpp: the request rings
+  bool poll_rings();
+  bool serve(TenantSession& s);
+  void handle_message(TenantSession& s, std::span<const std::uint8_t> message);
+  void push_reply(TenantSession& s, std::span<const std::uint8_t> reply);
+  void flush_pending(TenantSession& s);
+
+  const DaemonConfig config_;
+  const int listen_fd_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  int epoll_ = -1;
+  int signal_fd_ = -1;
+  std::uint64_t next_id_ = 1;
+  std::map<std::uint64_t, Connection> connections_;
+  std::map<std::uint64_t, std::unique_ptr<TenantSession>> sessions_;
+  bool any_broken_ = false;  // some session has broken == true: detach it after this pass
+  TenantRegistry registry_;
+  ReplyBuilder replies_;
+  std::vector<std::uint8_t> scratch_;  // private copy of the message being decoded
+  std::chrono::steady_clock::time_point last_watchdog_{};
+  std::uint64_t message_bytes_copied_ = 0;
+  std::uint64_t tensor_bytes_copied_ = 0;
+};
+
+}  // namespace nexus::daemon

@@ -1,0 +1,133 @@
+// Control-socket requests: attach (creates the tenant's segment) and status.
+#include <unistd.h>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include "daemon/ipc/decode/request_decoder.hpp"
+#include "daemon/ipc/reactor.hpp"
+#include "daemon/log/log.hpp"
+#include "schema/doorbell.hpp"
+#include "schema/protocol.hpp"
+#include "schema/segment_layout.hpp"
+
+namespace nexus::daemon {
+
+void Reactor::refuse(Connection& c, bool attach_reply, wire::ErrorCode code,
+                     const std::string& reason) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto err = wire::CreateError(fbb, code, fbb.CreateString(reason));
+  flatbuffers::Offset<wire::ControlMessage> msg;
+  if (attach_reply) {
+    auto reply = wire::CreateAttachReply(fbb, schema::kProtocolVersion, 0, 0, err);
+    msg = wire::CreateControlMessage(fbb, wire::ControlBody::AttachReply, reply.Union());
+  } else {
+    msg = wire::CreateControlMessage(fbb, wire::ControlBody::Error, err.Union());
+  }
+  fbb.Finish(msg);
+  schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()});
+  NEXUS_LOG(info, "refused", "uid={} pid={} code={} reason=\"{}\"", c.peer.uid, c.peer.pid,
+            wire::EnumNameErrorCode(code), reason);
+}
+
+bool Reactor::handle_control_frame(std::uint64_t id, Connection& c,
+                                   std::span<const std::uint8_t> frame) {
+  auto decoded = decode_control(frame);
+  if (auto* err = std::get_if<DecodeError>(&decoded)) {
+    refuse(c, false, err->code, err->reason);
+    if (err->code == wire::ErrorCode::UnsupportedVersion) return true;  // may ask again
+    close_connection(id);
+    return false;
+  }
+  const auto& req = std::get<ControlRequest>(decoded);
+  if (req.type == wire::ControlBody::AttachRequest)
+    return attach(id, c, *req.message->body_as_AttachRequest());
+  send_status(c);
+  return true;
+}
+
+bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest& req) {
+  auto reject = [&](wire::ErrorCode code, const std::string& reason) {
+    refuse(c, true, code, reason);
+    close_connection(id);
+    return false;
+  };
+  if (req.protocol_version() != schema::kProtocolVersion)
+    return reject(wire::ErrorCode::UnsupportedVersion,
+                  "client speaks protocol " + std::to_string(req.protocol_version()) +
+                      ", daemon speaks " + std::to_string(schema::kProtocolVersion));
+  const std::string name = req.tenant() ? req.tenant()->str() : "";
+  if (registry_.attached() >= config_.max_tenants)
+    return reject(wire::ErrorCode::TooManyTenants,
+                  "daemon serves at most " + std::to_string(config_.max_tenants) + " tenants");
+  const std::uint64_t ring = schema::round_up_pow2(std::max<std::uint64_t>(req.ring_bytes(), 1));
+  const auto layout =
+      schema::SegmentLayout::compute(ring, req.client_arena_bytes(), req.output_arena_bytes());
+  if (!layout || layout->total_bytes > config_.max_segment_bytes)
+    return reject(wire::ErrorCode::SegmentTooLarge,
+                  "rings of " + std::to_string(req.ring_bytes()) + " bytes (allowed " +
+                      std::to_string(schema::kMinRingBytes) + ".." +
+                      std::to_string(schema::kMaxRingBytes) + ") and arenas of " +
+                      std::to_string(req.client_arena_bytes()) + "+" +
+                      std::to_string(req.output_arena_bytes()) +
+                      " bytes do not fit the per-tenant cap of " +
+                      std::to_string(config_.max_segment_bytes) + " bytes");
+  auto claim = registry_.claim(name, c.peer.uid);
+  if (claim.code != wire::ErrorCode::None) return reject(claim.code, claim.reason);
+
+  std::string error;
+  auto segment = TenantSegment::create(*layout, claim.session_id, &error);
+  const int daemon_db = schema::make_doorbell();
+  const int client_db = schema::make_doorbell();
+  if (!segment || daemon_db < 0 || client_db < 0) {
+    registry_.release(name);
+    if (daemon_db >= 0) ::close(daemon_db);
+    if (client_db >= 0) ::close(client_db);
+    return reject(wire::ErrorCode::Internal, "cannot create segment: " + error);
+  }
+
+  flatbuffers::FlatBufferBuilder fbb;
+  auto reply = wire::CreateAttachReply(fbb, schema::kProtocolVersion, claim.session_id,
+                                       layout->total_bytes);
+  fbb.Finish(wire::CreateControlMessage(fbb, wire::ControlBody::AttachReply, reply.Union()));
+  const int fds[3] = {segment->fd(), daemon_db, client_db};
+  if (!schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()}, fds)) {
+    registry_.release(name);
+    ::close(daemon_db);
+    ::close(client_db);
+    close_connection(id);
+    return false;
+  }
+  segment->close_fd();  // the tenant holds its own fd now; our mapping keeps the memory
+
+  const int sock = c.fd;
+  const ucred peer = c.peer;
+  connections_.erase(id);  // the socket now belongs to the session
+  auto session = std::make_unique<TenantSession>(sock, peer, name, claim.session_id,
+                                                 std::move(segment), daemon_db, client_db);
+  watch(sock, Tag::TenantSocket, id, false);
+  watch(daemon_db, Tag::Doorbell, id, true);
+  NEXUS_LOG(info, "attach", "tenant={} uid={} pid={} session={} segment_bytes={} ring_bytes={}",
+            name, peer.uid, peer.pid, claim.session_id, layout->total_bytes, ring);
+  sessions_.emplace(id, std::move(session));
+  return false;
+}
+
+void Reactor::send_status(Connection& c) {
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<flatbuffers::Offset<wire::TenantInfo>> tenants;
+  for (const auto& [id, s] : sessions_) {
+    tenants.push_back(wire::CreateTenantInfo(
+        fbb, fbb.CreateString(s->name), s->peer.uid, s->peer.pid, s->session_id,
+        s->segment->layout().total_bytes, s->served, s->errors,
+        std::chrono::duration<double>(now - s->attached_at).count()));
+  }
+  auto reply = wire::CreateStatusReply(
+      fbb, fbb.CreateString(schema::kDaemonVersion), schema::kProtocolVersion, ::getpid(),
+      std::chrono::duration<double>(now - started_).count(), fbb.CreateVector(tenants),
+      message_bytes_copied_, tensor_bytes_copied_);
+  fbb.Finish(wire::CreateControlMessage(fbb, wire::ControlBody::StatusReply, reply.Union()));
+  schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()});
+}
+
+}  // namespace nexus::daemon

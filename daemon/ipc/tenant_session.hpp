@@ -1,0 +1,47 @@
+// One attached tenant as the reactor sees it: its connection, segment, rings and doorbells.
+//
+// Thread safety: owned by the reactor thread.
+// Invariants: (1) `pending` is non-empty only while the response ring is full; while it is,
+// no further requests are popped (the tenant's own backpressure, not everyone's);
+// (2) socket EOF destroys the session, which unmaps the segment and closes every fd it holds.
+#pragma once
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "daemon/ipc/segment.hpp"
+#include "schema/ring.hpp"
+
+namespace nexus::daemon {
+
+struct TenantSession {
+  TenantSession(int socket, ucred peer, std::string name, std::uint64_t session_id,
+                std::unique_ptr<TenantSegment> segment, int daemon_doorbell, int client_doorbell);
+  ~TenantSession();
+  TenantSession(const TenantSession&) = delete;
+  TenantSession& operator=(const TenantSession&) = delete;
+
+  const int socket;
+  const ucred peer;
+  const std::string name;
+  const std::uint64_t session_id;
+  const std::unique_ptr<TenantSegment> segment;
+  const int daemon_doorbell;  // the tenant rings it; our epoll watches it
+  const int client_doorbell;  // we ring it when the tenant sleeps on the response ring
+  const std::chrono::steady_clock::time_point attached_at = std::chrono::steady_clock::now();
+
+  schema::RingReader requests;
+  schema::RingWriter responses;
+  std::deque<std::vector<std::uint8_t>> pending;
+
+  bool broken = false;  // the tenant corrupted a ring beyond resynchronisation
+  std::uint64_t served = 0;
+  std::uint64_t errors = 0;
+};
+
+}  // namespace nexus::daemon

@@ -1,0 +1,33 @@
+// Framing on the control socket: [uint32 length][FlatBuffers ControlMessage], optionally with
+// file descriptors (SCM_RIGHTS) attached to the frame's first byte.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace nexus::schema {
+
+// Sends one whole frame (blocking; MSG_NOSIGNAL). False on any error.
+bool send_frame(int socket, std::span<const std::uint8_t> payload, std::span<const int> fds = {});
+
+enum class RecvStatus { Ok, Closed, TimedOut, Malformed };
+
+// Receives one frame within `timeout`; fds that came with it are appended to `fds`
+// (close-on-exec). Malformed: a length over kMaxControlFrameBytes or truncated fds.
+RecvStatus recv_frame(int socket, std::chrono::milliseconds timeout,
+                      std::vector<std::uint8_t>& payload, std::vector<int>& fds);
+
+// Non-blocking accumulation for the daemon's reactor: feed() reads what the socket has and
+// returns complete frames one at a time. Fds sent by the peer are never accepted (plain recv
+// without a control buffer makes the kernel discard them).
+class FrameAccumulator {
+ public:
+  enum class Result { Frame, NeedMore, Closed, Malformed };
+  Result feed(int socket, std::vector<std::uint8_t>& frame);
+
+ private:
+  std::vector<std::uint8_t> buffer_;
+};
+
+}  // namespace nexus::schema

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks, makes the Python virtual environment that carries
+# LibTorch, and builds Nexus. Idempotent: a second run installs nothing and rebuilds incrementally.
+# Works as root or through sudo. Prints the venv path on its last line for the other scripts.
+#   scripts/setup.sh [preset]        (preset: release (default), debug, asan)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+preset=${1:-release}
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+if [ "$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi
+
+# --- Debian packages -------------------------------------------------------------------------
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  clang libclang-rt-14-dev                     # libFuzzer target (fuzz test)
+  libboost-dev libflatbuffers-dev flatbuffers-compiler libsystemd-dev catch2
+  libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
+  libmujoco-dev libosmesa6-dev libhdf5-dev
+  python3 python3-venv python3-dev
+  passwd procps util-linux                     # useradd/runuser for the access tests; pgrep
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# --- Python virtual environment with LibTorch -------------------------------------------------
+# Kept outside the clone, keyed by the requirements' hash, so CI and later clones reuse it.
+key=$(sha256sum "$here/requirements.txt" | cut -c1-12)
+venv=${NEXUS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/nexus/venv-$key}
+if [ ! -f "$venv/.complete" ]; then
+  log "creating virtual environment $venv (torch wheel is large; this takes a while once)"
+  rm -rf "$venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip >&2
+  "$venv/bin/pip" install --progress-bar off -r "$here/requirements.txt" >&2
+  touch "$venv/.complete"
+fi
+
+# --- Build ------------------------------------------------------------------------------------
+export NEXUS_VENV=$venv
+log "building preset $preset (build/$preset)"
+cfg_log=$(mktemp)
+if ! (cd "$here" && cmake --preset "$preset" >"$cfg_log" 2>&1); then cat "$cfg_log" >&2; exit 1; fi
+rm -f "$cfg_log"
+(cd "$here" && cmake --build --preset "$preset") >&2
+echo "$venv"

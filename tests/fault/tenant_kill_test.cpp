@@ -1,0 +1,78 @@
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <thread>
+#include <nlohmann/json.hpp>
+
+#include "nexus/status.hpp"
+#include "processes.hpp"
+
+using namespace nexus::test;
+
+namespace {
+
+std::size_t shm_entries() {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing behind", "[fault]") {
+  const std::size_t shm_before = shm_entries();
+  Daemon daemon;
+  // Status queries' connections close asynchronously: compare fd totals once they settle.
+  REQUIRE(eventually([&] { return count_fds(daemon.pid(), "socket:") == 1; }));  // the listener
+  const std::size_t fds_idle = count_fds(daemon.pid());
+  auto fds_settle_at = [&](std::size_t n) { return eventually([&] { return count_fds(daemon.pid()) == n; }); };
+  TempDir out;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = "stream-" + std::to_string(i);
+    pids.push_back(spawn({ping_tenant_path(), "--socket", daemon.socket(), "--tenant", name,
+                          "--forever", "--window", "4", "--digest-every", "20"},
+                         {.stdout_path = out.path + "/" + name + ".json",
+                          .stderr_path = out.path + "/" + name + ".err"}));
+  }
+  REQUIRE(daemon.wait_tenants(3, std::chrono::seconds(10)));
+  // Each attached tenant costs the daemon its mapping plus three fds (socket, two doorbells).
+  CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 3);
+  CHECK(count_fds(daemon.pid(), "eventfd") == 6);
+  CHECK(fds_settle_at(fds_idle + 9));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // mid-stream
+
+  ::kill(pids[1], SIGKILL);
+  REQUIRE(wait_exit(pids[1], std::chrono::seconds(5)) == 128 + SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  REQUIRE(daemon.wait_tenants(2, std::chrono::seconds(1)));
+  const auto detected_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - killed_at).count();
+  CHECK(detected_ms <= 1000);
+  for (const auto& t : nexus::query_status(daemon.socket()).tenants) CHECK(t.name != "stream-1");
+  CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 2);
+  CHECK(count_fds(daemon.pid(), "eventfd") == 4);
+  CHECK(fds_settle_at(fds_idle + 6));
+  CHECK(shm_entries() == shm_before);  // segments never had a name there
+
+  // The survivors were never disturbed: stop them and read their reports.
+  for (int i : {0, 2}) ::kill(pids[i], SIGTERM);
+  for (int i : {0, 2}) {
+    const std::string name = "stream-" + std::to_string(i);
+    INFO(read_file(out.path + "/" + name + ".err"));
+    REQUIRE(wait_exit(pids[i], std::chrono::seconds(10)) == 0);
+    const auto j = nlohmann::json::parse(read_file(out.path + "/" + name + ".json"));
+    CHECK(j["mismatched"] == 0);
+    CHECK(j["round_trips"].get<std::uint64_t>() > 100);
+    CHECK_FALSE(j.contains("error"));
+  }
+  REQUIRE(daemon.wait_tenants(0, std::chrono::seconds(2)));
+  CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 0);
+  CHECK(count_fds(daemon.pid(), "eventfd") == 0);
+  CHECK(fds_settle_at(fds_idle));
+}

@@ -1,0 +1,98 @@
+// Fuzzes what the daemon does with bytes from a tenant's segment: the request ring (indices and
+// records, drained with RingReader) and each message (decode_request). Three shapes of input,
+// chosen by the first byte, so that mutations reach deep into valid messages too:
+//   0: raw bytes as one message;
+//   1: a valid request with the input's bytes patched over it;
+//   2: a whole ring: 8-byte tail index, then ring contents, drained to the end;
+//   3: raw bytes as one control-socket frame (decode_control).
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "daemon/ipc/decode/request_decoder.hpp"
+#include "schema/protocol.hpp"
+#include "schema/ring.hpp"
+
+using namespace nexus;
+
+namespace {
+
+daemon::RequestLimits limits() {
+  daemon::RequestLimits l;
+  l.client_arena_bytes = 1 << 20;
+  l.max_reply_payload = 2000;
+  return l;
+}
+
+void decode(const std::uint8_t* data, std::size_t size) {
+  auto r = daemon::decode_request({data, size}, limits());
+  if (auto* ok = std::get_if<daemon::DecodedRequest>(&r)) {
+    if (ok->type == wire::Body::DigestRequest &&
+        (ok->input.offset > limits().client_arena_bytes ||
+         ok->input.bytes > limits().client_arena_bytes - ok->input.offset))
+      __builtin_trap();  // a reference outside the arena got through
+  }
+}
+
+std::vector<std::uint8_t> valid_request(std::uint8_t which) {
+  flatbuffers::FlatBufferBuilder fbb;
+  flatbuffers::Offset<void> body;
+  wire::Body type;
+  if (which % 2 == 0) {
+    body = wire::CreatePingRequest(fbb, fbb.CreateVector(std::vector<std::uint8_t>(16, 1))).Union();
+    type = wire::Body::PingRequest;
+  } else {
+    auto ref = wire::CreateTensorRef(fbb, 4096, 24, wire::DType::Float32,
+                                     fbb.CreateVector(std::vector<std::int64_t>{2, 3}));
+    body = wire::CreateDigestRequest(fbb, ref).Union();
+    type = wire::Body::DigestRequest;
+  }
+  fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, 7, type, body));
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  if (size < 1) return 0;
+  const std::uint8_t mode = data[0] % 4;
+  ++data;
+  --size;
+  if (mode == 0) {
+    std::vector<std::uint8_t> copy(data, data + size);  // exact-size buffer for ASan
+    decode(copy.data(), copy.size());
+  } else if (mode == 1) {
+    if (size < 2) return 0;
+    auto msg = valid_request(data[0]);
+    for (std::size_t i = 1; i + 1 < size; i += 2) msg[data[i] % msg.size()] = data[i + 1];
+    decode(msg.data(), msg.size());
+  } else if (mode == 3) {
+    std::vector<std::uint8_t> copy(data, data + size);
+    auto r = daemon::decode_control(copy);
+    if (auto* ok = std::get_if<daemon::ControlRequest>(&r)) {
+      if (ok->type == wire::ControlBody::AttachRequest) {
+        const auto* a = ok->message->body_as_AttachRequest();
+        if (a->tenant()) (void)a->tenant()->str();  // what attach() reads
+      }
+    }
+  } else {
+    constexpr std::uint64_t kCap = 4096;
+    alignas(64) static std::uint8_t region[sizeof(schema::RingControl) + kCap];
+    std::memset(region, 0, sizeof region);
+    schema::init_ring(region);
+    std::uint64_t tail = 0;
+    if (size >= 8) std::memcpy(&tail, data, 8);
+    const std::size_t body = size >= 8 ? std::min<std::size_t>(size - 8, kCap) : 0;
+    std::memcpy(region + sizeof(schema::RingControl), data + 8, body);
+    static_cast<schema::RingControl*>(static_cast<void*>(region))->tail.store(tail % (2 * kCap));
+    schema::RingReader reader(region, kCap);
+    std::vector<std::uint8_t> out;
+    for (int i = 0; i < 1000; ++i) {
+      const auto st = reader.try_pop(out, kCap / 2);
+      if (st == schema::PopStatus::Empty) break;
+      if (st == schema::PopStatus::Ok) decode(out.data(), out.size());
+    }
+  }
+  return 0;
+}

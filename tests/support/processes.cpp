@@ -1,0 +1,155 @@
+#include "processes.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "nexus/status.hpp"
+
+namespace nexus::test {
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/nexus-test-XXXXXX";
+  if (!::mkdtemp(tmpl)) throw std::runtime_error("mkdtemp failed");
+  path = tmpl;
+  ::chmod(path.c_str(), 0755);
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    auto redirect = [](const std::string& path, int target) {
+      if (path.empty()) return;
+      const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, target);
+        ::close(fd);
+      }
+    };
+    redirect(o.stdout_path, 1);
+    redirect(o.stderr_path, 2);
+    if (o.gid && (::setgroups(0, nullptr) != 0 || ::setgid(*o.gid) != 0)) ::_exit(126);
+    if (o.uid && ::setuid(*o.uid) != 0) ::_exit(126);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0) return -1;
+    if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Daemon::Daemon(std::vector<std::string> extra, const std::string& nexusd) {
+  socket_ = dir_.path + "/nexusd.sock";
+  log_ = dir_.path + "/nexusd.log";
+  std::vector<std::string> argv = {nexusd, "--socket", socket_};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  pid_ = spawn(argv, {.stdout_path = log_, .stderr_path = log_});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    try {
+      query_status(socket_, std::chrono::milliseconds(500));
+      return;
+    } catch (const std::exception&) {
+      if (wait_exit(pid_, std::chrono::milliseconds(0))) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  throw std::runtime_error("nexusd did not come up; log:\n" + read_file(log_));
+}
+
+Daemon::~Daemon() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  if (!wait_exit(pid_, std::chrono::seconds(5))) {
+    ::kill(pid_, SIGKILL);
+    wait_exit(pid_, std::chrono::seconds(5));
+  }
+}
+
+void Daemon::kill9() {
+  ::kill(pid_, SIGKILL);
+  wait_exit(pid_, std::chrono::seconds(5));
+  pid_ = -1;
+}
+
+bool Daemon::wait_tenants(std::size_t n, std::chrono::milliseconds timeout) const {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  do {
+    if (query_status(socket_).tenants.size() == n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  } while (std::chrono::steady_clock::now() < deadline);
+  return false;
+}
+
+std::size_t count_fds(pid_t pid, const std::string& needle) {
+  std::size_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    const auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().find(needle) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+std::size_t count_mappings(pid_t pid, const std::string& needle) {
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::size_t n = 0;
+  for (std::string line; std::getline(maps, line);)
+    if (line.find(needle) != std::string::npos) ++n;
+  return n;
+}
+
+std::optional<TestUser> ensure_test_user(const std::string& name) {
+  if (::geteuid() != 0) return std::nullopt;
+  if (::getpwnam(name.c_str()) == nullptr) {
+    const std::string cmd = "/usr/sbin/useradd --system --no-create-home --shell /usr/sbin/nologin " + name +
+                            " >/dev/null 2>&1";
+    if (std::system(cmd.c_str()) != 0 && ::getpwnam(name.c_str()) == nullptr)
+      throw std::runtime_error("useradd " + name + " failed");
+  }
+  const passwd* pw = ::getpwnam(name.c_str());
+  return TestUser{pw->pw_uid, pw->pw_gid};
+}
+
+}  // namespace nexus::test

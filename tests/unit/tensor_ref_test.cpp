@@ -1,0 +1,37 @@
+#include <catch2/catch.hpp>
+
+#include "schema/tensor_ref.hpp"
+
+using namespace nexus;
+
+namespace {
+
+schema::TensorCheck check(std::uint64_t offset, std::uint64_t bytes, wire::DType dtype,
+                          std::vector<std::int64_t> shape, std::uint64_t arena) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateTensorRef(fbb, offset, bytes, dtype, fbb.CreateVector(shape)));
+  return schema::check_tensor_ref(flatbuffers::GetRoot<wire::TensorRef>(fbb.GetBufferPointer()), arena);
+}
+
+}  // namespace
+
+TEST_CASE("tensor references inside the arena pass", "[tensor]") {
+  auto c = check(64, 4 * 3 * 5, wire::DType::Float32, {3, 5}, 1024);
+  REQUIRE(c);
+  CHECK(c.offset == 64);
+  CHECK(c.bytes == 60);
+  CHECK(check(1024 - 8, 8, wire::DType::Int64, {1}, 1024));
+  CHECK(check(0, 0, wire::DType::UInt8, {0, 7}, 0));
+}
+
+TEST_CASE("forged tensor references are refused with a reason", "[tensor][hostile]") {
+  CHECK(check(1020, 8, wire::DType::Int64, {1}, 1024).code == wire::ErrorCode::TensorOutOfBounds);
+  CHECK(check(UINT64_MAX - 3, 8, wire::DType::Int64, {1}, 1024).code == wire::ErrorCode::TensorOutOfBounds);
+  CHECK(check(0, 16, wire::DType::Float32, {3}, 1024).code == wire::ErrorCode::TensorOutOfBounds);
+  CHECK(check(0, 4, wire::DType::Float32, {-1}, 1024).code == wire::ErrorCode::BadTensor);
+  CHECK(check(0, 0, static_cast<wire::DType>(200), {1}, 1024).code == wire::ErrorCode::BadTensor);
+  CHECK(check(0, 0, wire::DType::UInt8, {1ll << 40, 1ll << 40}, 1024).code == wire::ErrorCode::BadTensor);
+  CHECK(check(0, 1, wire::DType::UInt8, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 1024).code == wire::ErrorCode::BadTensor);
+  const auto c = check(1020, 8, wire::DType::Int64, {1}, 1024);
+  CHECK_THAT(c.reason, Catch::Contains("outside the client arena"));
+}
