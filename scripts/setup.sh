@@ -32,16 +32,30 @@ fi
 
 # --- Python virtual environment with LibTorch -------------------------------------------------
 # Kept outside the clone, keyed by the requirements' hash, so CI and later clones reuse it.
+# LibTorch comes from the PyTorch wheel on PyPI (current, CUDA-enabled). Where PyPI cannot be
+# reached, the fallback is Debian's LibTorch 1.13 (CPU only) with Debian's Python packages; the
+# choice is recorded in $venv/torch-source. Delete the venv to try PyPI again.
 key=$(sha256sum "$here/requirements.txt" | cut -c1-12)
 venv=${NEXUS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/nexus/venv-$key}
 if [ ! -f "$venv/.complete" ]; then
-  log "creating virtual environment $venv (torch wheel is large; this takes a while once)"
+  log "creating virtual environment $venv (the torch wheel is large; this takes a while once)"
   rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
   /usr/bin/python3 -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip >&2
-  "$venv/bin/pip" install --progress-bar off -r "$here/requirements.txt" >&2
+  if "$venv/bin/pip" install -q --retries 2 --upgrade pip >&2 &&
+     "$venv/bin/pip" install --retries 2 --progress-bar off -r "$here/requirements.txt" >&2; then
+    echo pypi >"$venv/torch-source"
+  else
+    log "PyPI unreachable: falling back to Debian's LibTorch 1.13 (CPU) and Python packages"
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      libtorch-dev python3-torch libopenblas0-pthread python3-numpy python3-h5py python3-matplotlib >&2
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+    echo debian >"$venv/torch-source"
+  fi
   touch "$venv/.complete"
 fi
+log "LibTorch from $(cat "$venv/torch-source" 2>/dev/null || echo pypi) in $venv"
 
 # --- Build ------------------------------------------------------------------------------------
 export NEXUS_VENV=$venv
