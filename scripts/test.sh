@@ -9,4 +9,9 @@ cd "$here"
 echo "[test] building the libFuzzer target (clang, preset fuzz)" >&2
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz >&2
+echo "[test] AddressSanitizer/UBSan build (preset asan): the suite without the fuzz run" >&2
+cmake --preset asan >/dev/null
+cmake --build --preset asan >&2
+ctest --preset asan -j2 -E '^fuzz\.'
+echo "[test] release build: the whole suite, with the bounded libFuzzer run" >&2
 ctest --preset release -j2

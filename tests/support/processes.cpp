@@ -47,6 +47,11 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
         ::close(fd);
       }
     };
+    if (o.listen_fd >= 0) {  // what systemd does for a socket-activated service
+      ::dup2(o.listen_fd, 3);
+      ::setenv("LISTEN_FDS", "1", 1);
+      ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
+    }
     redirect(o.stdout_path, 1);
     redirect(o.stderr_path, 2);
     if (o.gid && (::setgroups(0, nullptr) != 0 || ::setgid(*o.gid) != 0)) ::_exit(126);

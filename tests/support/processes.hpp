@@ -30,6 +30,7 @@ struct SpawnOptions {
   std::string stderr_path;            // empty: inherit
   std::optional<uid_t> uid;           // run as this user (needs root)
   std::optional<gid_t> gid;
+  int listen_fd = -1;                 // pass as fd 3 with LISTEN_FDS/LISTEN_PID (socket activation)
 };
 
 pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& options = {});
