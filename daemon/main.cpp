@@ -2,6 +2,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <memory>
 
 #include <CLI/CLI.hpp>
 
@@ -9,6 +10,9 @@
 #include "daemon/ipc/listener.hpp"
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
+#ifdef NEXUS_WITH_MODEL
+#include "daemon/model/model_service.hpp"
+#endif
 #include "schema/protocol.hpp"
 
 int main(int argc, char** argv) {
@@ -19,12 +23,19 @@ int main(int argc, char** argv) {
   std::uint32_t max_tenants = 0;
   std::uint64_t max_segment_mib = 0;
   bool version = false;
+  std::string backbone, weights;
+  std::uint32_t batch_samples = 0;
+  long batch_wait_us = -1;
   app.add_option("-c,--config", config_path, "TOML config file (see systemd/nexusd.toml)");
   app.add_option("-s,--socket", socket_path, "control socket path (default /run/nexus/nexusd.sock)");
   app.add_option("--spin-us", spin_us, "busy-poll the rings this long after the last request");
   app.add_option("--max-tenants", max_tenants, "tenants attached at once");
   app.add_option("--max-segment-mib", max_segment_mib, "per-tenant segment cap in MiB");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
+  app.add_option("--backbone", backbone, "resident backbone: tiny, small, or none (transport only)");
+  app.add_option("--weights", weights, "backbone weights (.safetensors); default: seeded init");
+  app.add_option("--batch-samples", batch_samples, "B: a group flushes at this many samples");
+  app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");
   app.add_flag("--version", version, "print the version and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {
@@ -45,6 +56,10 @@ int main(int argc, char** argv) {
   if (max_tenants > 0) config.max_tenants = max_tenants;
   if (max_segment_mib > 0) config.max_segment_bytes = max_segment_mib << 20;
   if (!log_level.empty()) config.log_level = log_level;
+  if (!backbone.empty()) config.backbone = backbone;
+  if (!weights.empty()) config.weights = weights;
+  if (batch_samples > 0) config.batch_samples = batch_samples;
+  if (batch_wait_us >= 0) config.batch_wait = std::chrono::microseconds(batch_wait_us);
   nexus::daemon::init_logging(config.log_level);
 
   // Signals arrive through the reactor's signalfd; block them before any thread exists.
@@ -60,8 +75,27 @@ int main(int argc, char** argv) {
     listener = nexus::daemon::open_listener(config);
     NEXUS_LOG(info, "listening", "socket={} systemd={}",
               listener.from_systemd ? "(passed by systemd)" : listener.path, listener.from_systemd);
-    nexus::daemon::Reactor reactor(config, listener.fd);
-    reactor.run();
+    // The reactor outlives nothing that posts to it: the model service is declared after it, so
+    // its executor thread is joined first.
+    std::unique_ptr<nexus::daemon::Reactor> reactor;
+    std::unique_ptr<nexus::daemon::ModelPort> model;
+#ifdef NEXUS_WITH_MODEL
+    if (config.backbone != "none") {
+      nexus::daemon::ModelConfig mc;
+      mc.backbone = config.backbone;
+      mc.weights = config.weights;
+      mc.batch = {config.batch_samples, config.batch_wait};
+      model = std::make_unique<nexus::daemon::ModelService>(mc, [&reactor](std::uint64_t session, std::vector<std::uint8_t> reply) {
+        reactor->post_completion(session, std::move(reply));
+      });
+    }
+#else
+    if (config.backbone != "none")
+      NEXUS_LOG(warn, "no_model", "reason=\"built without NEXUS_WITH_MODEL: serving the transport only\"");
+#endif
+    reactor = std::make_unique<nexus::daemon::Reactor>(config, listener.fd, model.get());
+    reactor->run();
+    model.reset();  // joins the executor before the reactor goes
   } catch (const std::exception& e) {
     NEXUS_LOG(critical, "fatal", "error=\"{}\"", e.what());
     nexus::daemon::close_listener(listener);

@@ -64,4 +64,25 @@ cfg_log=$(mktemp)
 if ! (cd "$here" && cmake --preset "$preset" >"$cfg_log" 2>&1); then cat "$cfg_log" >&2; exit 1; fi
 rm -f "$cfg_log"
 (cd "$here" && cmake --build --preset "$preset") >&2
+# --- Pretrained embedded backbone --------------------------------------------------------------
+# nexus-pretrain runs once per recipe (its sources' hash) and the weights are cached beside the
+# venv; build/weights/ gets a copy for the tests, the demo and the daemon's default.
+if [ "$preset" = release ]; then
+  recipe=$(cat "$here"/tools/pretrain/*.cpp "$here"/tools/pretrain/*.hpp "$here"/synth/scenes.* \
+               "$here"/daemon/model/backbone.* "$here"/daemon/model/backbone_config.* | sha256sum | cut -c1-12)
+  wcache=$(dirname "$venv")/weights
+  tiny=$wcache/backbone-tiny-$recipe
+  mkdir -p "$wcache" "$here/build/weights"
+  if [ ! -f "$tiny.safetensors" ]; then
+    log "pretraining the embedded tiny backbone (once per recipe; a few minutes on 2 cores)"
+    "$here/build/release/tools/pretrain/nexus-pretrain" --size tiny -o "$tiny.part" --report "$tiny.json" >&2
+    "$venv/bin/python" "$here/scripts/plot_report.py" "$tiny.json" "$tiny.png" >&2 || log "no plot (matplotlib failed)"
+    mv "$tiny.part" "$tiny.safetensors"
+  fi
+  cp -f "$tiny.safetensors" "$here/build/weights/backbone-tiny.safetensors"
+  cp -f "$tiny.json" "$here/build/weights/backbone-tiny-report.json"
+  [ -f "$tiny.png" ] && cp -f "$tiny.png" "$here/build/weights/backbone-tiny-report.png"
+  log "embedded tiny backbone: $tiny.safetensors"
+fi
+
 echo "$venv"

@@ -19,6 +19,10 @@ int status_command(const std::string& socket, bool json) {
     j["uptime_s"] = s.uptime_s;
     j["message_bytes_copied"] = s.message_bytes_copied;
     j["tensor_bytes_copied"] = s.tensor_bytes_copied;
+    j["backbone"] = s.backbone;
+    j["model_groups"] = s.model_groups;
+    j["model_requests"] = s.model_requests;
+    j["model_samples"] = s.model_samples;
     j["tenants"] = nlohmann::json::array();
     for (const auto& t : s.tenants)
       j["tenants"].push_back({{"name", t.name}, {"uid", t.uid}, {"pid", t.pid},
@@ -30,6 +34,12 @@ int status_command(const std::string& socket, bool json) {
   }
   std::printf("nexusd %s (protocol %u), pid %d, up %.1f s\n", s.daemon_version.c_str(),
               s.protocol_version, s.pid, s.uptime_s);
+  if (!s.backbone.empty())
+    std::printf("backbone %s: %llu group passes served %llu requests (%.2f per pass), %llu samples\n",
+                s.backbone.c_str(), static_cast<unsigned long long>(s.model_groups),
+                static_cast<unsigned long long>(s.model_requests),
+                s.model_groups ? double(s.model_requests) / double(s.model_groups) : 0.0,
+                static_cast<unsigned long long>(s.model_samples));
   std::printf("%zu tenant(s) attached\n", s.tenants.size());
   if (!s.tenants.empty()) {
     std::printf("  %-24s %7s %8s %8s %12s %10s %7s %9s\n", "TENANT", "UID", "PID", "SESSION",

@@ -5,7 +5,7 @@
 
 namespace nexus {
 
-static_assert(static_cast<int>(ErrorCode::Internal) == static_cast<int>(wire::ErrorCode::Internal),
+static_assert(static_cast<int>(ErrorCode::UnknownVersion) == static_cast<int>(wire::ErrorCode::MAX),
               "nexus::ErrorCode mirrors nexus.fbs ErrorCode");
 static_assert(static_cast<int>(DType::Float64) == static_cast<int>(wire::DType::Float64),
               "nexus::DType mirrors nexus.fbs DType");
@@ -88,6 +88,33 @@ DigestResult decode_reply(const std::vector<std::uint8_t>& bytes) {
   return DigestResult{r->fnv1a(), r->bytes()};
 }
 
+template <>
+BackboneInfo decode_reply(const std::vector<std::uint8_t>& bytes) {
+  const auto* r = reply_message(bytes, wire::Body::RegisterReply)->body_as_RegisterReply();
+  return BackboneInfo{r->backbone() ? r->backbone()->str() : "", r->image_size(), r->max_views(), r->max_tokens(),
+                      r->feature_dim()};
+}
+
+template <>
+SftResult decode_reply(const std::vector<std::uint8_t>& bytes) {
+  const auto* r = reply_message(bytes, wire::Body::SftStepReply)->body_as_SftStepReply();
+  return SftResult{r->loss(), r->grad_norm(), r->step()};
+}
+
+template <>
+Prediction decode_reply(const std::vector<std::uint8_t>& bytes) {
+  const auto* r = reply_message(bytes, wire::Body::PredictReply)->body_as_PredictReply();
+  Prediction p;
+  if (r->actions()) p.actions.assign(r->actions()->begin(), r->actions()->end());
+  if (r->shape()) p.shape.assign(r->shape()->begin(), r->shape()->end());
+  return p;
+}
+
+template <>
+std::uint64_t decode_reply(const std::vector<std::uint8_t>& bytes) {
+  return reply_message(bytes, wire::Body::PublishReply)->body_as_PublishReply()->version();
+}
+
 }  // namespace
 
 template <class T>
@@ -103,6 +130,10 @@ T Future<T>::get(std::optional<std::chrono::milliseconds> timeout) {
 
 template class Future<std::vector<std::uint8_t>>;
 template class Future<DigestResult>;
+template class Future<BackboneInfo>;
+template class Future<SftResult>;
+template class Future<Prediction>;
+template class Future<std::uint64_t>;
 
 // ---- Client ----
 

@@ -42,6 +42,10 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
   s.uptime_s = r->uptime_s();
   s.message_bytes_copied = r->message_bytes_copied();
   s.tensor_bytes_copied = r->tensor_bytes_copied();
+  s.backbone = r->backbone() ? r->backbone()->str() : "";
+  s.model_groups = r->model_groups();
+  s.model_requests = r->model_requests();
+  s.model_samples = r->model_samples();
   if (r->tenants())
     for (const auto* t : *r->tenants())
       s.tenants.push_back(TenantStatus{t->name() ? t->name()->str() : "", t->uid(), t->pid(),

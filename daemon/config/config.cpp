@@ -27,6 +27,15 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
     c.spin = std::chrono::microseconds(*v);
   }
   if (auto v = d["log_level"].value<std::string>()) c.log_level = *v;
+  const auto m = t["model"];
+  if (auto v = m["backbone"].value<std::string>()) c.backbone = *v;
+  if (auto v = m["weights"].value<std::string>()) c.weights = *v;
+  if (auto v = m["batch_samples"].value<std::int64_t>())
+    c.batch_samples = static_cast<std::uint32_t>(positive("batch_samples", *v));
+  if (auto v = m["batch_wait_us"].value<std::int64_t>()) {
+    if (*v < 0) throw std::runtime_error("config " + path + ": model.batch_wait_us must be >= 0");
+    c.batch_wait = std::chrono::microseconds(*v);
+  }
   return c;
 }
 

@@ -15,6 +15,11 @@ struct DaemonConfig {
   std::uint32_t max_pending_connections = 256;   // accepted, not yet attached
   std::chrono::microseconds spin{100};       // reactor busy-polls this long after the last work
   std::string log_level = "info";
+  // Model service: "none" runs the transport alone.
+  std::string backbone = "tiny";
+  std::string weights;                          // safetensors of the backbone; empty: seeded init
+  std::uint32_t batch_samples = 64;             // B: a group flushes at this many samples
+  std::chrono::microseconds batch_wait{2000};   // T: ... or when its oldest request waited this long
 };
 
 // Loads `path` over the defaults; throws std::runtime_error with the file and key on bad input.

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "daemon/log/log.hpp"
+#include "daemon/ipc/model_port.hpp"
 #include "schema/doorbell.hpp"
 
 namespace nexus::daemon {
@@ -28,8 +29,8 @@ inline void cpu_relax() {
 
 }  // namespace
 
-Reactor::Reactor(DaemonConfig config, int listen_fd)
-    : config_(std::move(config)), listen_fd_(listen_fd) {
+Reactor::Reactor(DaemonConfig config, int listen_fd, ModelPort* model)
+    : config_(std::move(config)), listen_fd_(listen_fd), model_(model) {
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
   sigset_t mask;
@@ -38,14 +39,18 @@ Reactor::Reactor(DaemonConfig config, int listen_fd)
   sigaddset(&mask, SIGINT);
   signal_fd_ = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  completion_fd_ = schema::make_doorbell();
+  if (completion_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   watch(listen_fd_, Tag::Listener, 0, true);
   watch(signal_fd_, Tag::Signal, 0, true);
+  watch(completion_fd_, Tag::Completion, 0, true);
 }
 
 Reactor::~Reactor() {
   sessions_.clear();
   for (auto& [id, c] : connections_) ::close(c.fd);
   ::close(signal_fd_);
+  ::close(completion_fd_);
   ::close(epoll_);
 }
 
@@ -64,7 +69,11 @@ void Reactor::run() {
   auto last_work = std::chrono::steady_clock::now();
   std::uint32_t polls = 0;
   for (;;) {
-    const bool worked = poll_rings();
+    bool worked = poll_rings();
+    if (completions_waiting_.load(std::memory_order_acquire)) {
+      drain_completions();
+      worked = true;
+    }
     if (any_broken_) {
       std::vector<std::uint64_t> broken;
       for (auto& [id, s] : sessions_)
@@ -87,6 +96,7 @@ void Reactor::run() {
     }
     bool raced = false;
     for (auto& [id, s] : sessions_) raced = raced || !s->requests.empty();
+    raced = raced || completions_waiting_.load(std::memory_order_acquire);
     bool has_pending = false;
     for (auto& [id, s] : sessions_) has_pending = has_pending || !s->pending.empty();
     const bool keep_running = raced || handle_events(has_pending ? 1 : 500);
@@ -131,6 +141,9 @@ bool Reactor::handle_events(int timeout_ms) {
           detach(id, "socket closed");
         break;
       }
+      case Tag::Completion:
+        schema::drain_doorbell(completion_fd_);
+        break;
       case Tag::Doorbell: {
         auto it = sessions_.find(id);
         if (it != sessions_.end()) schema::drain_doorbell(it->second->daemon_doorbell);
@@ -209,6 +222,8 @@ void Reactor::detach(std::uint64_t id, const char* why) {
   NEXUS_LOG(info, "detach", "tenant={} uid={} pid={} session={} served={} errors={} reason=\"{}\"",
             s.name, s.peer.uid, s.peer.pid, s.session_id, s.served, s.errors, why);
   registry_.release(s.name);
+  if (model_) model_->tenant_detached(s.name);
+  session_ids_.erase(s.session_id);
   sessions_.erase(it);  // unmaps the segment, closes socket and doorbells
 }
 

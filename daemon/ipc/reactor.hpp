@@ -18,11 +18,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
 #include "daemon/config/config.hpp"
 #include "daemon/ipc/decode/reply_builder.hpp"
+#include "daemon/ipc/model_port.hpp"
 #include "daemon/ipc/tenant_session.hpp"
 #include "daemon/master/tenant_registry.hpp"
 #include "nexus/wire/nexus_generated.h"
@@ -33,8 +35,15 @@ namespace nexus::daemon {
 class Reactor {
  public:
   static constexpr int kMaxPerRound = 32;
+  // Model requests one tenant may have queued at the model service: bounds its share of the
+  // queue and the daemon's memory, whatever it floods its ring with.
+  static constexpr std::uint32_t kMaxModelInFlight = 8;
 
-  Reactor(DaemonConfig config, int listen_fd);
+  // `model` may be null (no model service: model requests get an Internal error).
+  Reactor(DaemonConfig config, int listen_fd, ModelPort* model = nullptr);
+
+  // Thread-safe: a reply produced off the reactor thread (the model service's executor).
+  void post_completion(std::uint64_t session_id, std::vector<std::uint8_t> reply);
   ~Reactor();
   Reactor(const Reactor&) = delete;
   Reactor& operator=(const Reactor&) = delete;
@@ -48,7 +57,7 @@ class Reactor {
     ucred peer;
     schema::FrameAccumulator frames;
   };
-  enum class Tag : std::uint64_t { Listener = 1, Signal, Connection, TenantSocket, Doorbell };
+  enum class Tag : std::uint64_t { Listener = 1, Signal, Connection, TenantSocket, Doorbell, Completion };
 
   // reactor.cpp: events and lifecycle
   bool handle_events(int timeout_ms);  // false once a stop signal arrived
@@ -70,6 +79,9 @@ class Reactor {
   void handle_message(TenantSession& s, std::span<const std::uint8_t> message);
   void push_reply(TenantSession& s, std::span<const std::uint8_t> reply);
   void flush_pending(TenantSession& s);
+  void submit_model_work(TenantSession& s, std::uint64_t request_id, wire::Body type,
+                         std::span<const std::uint8_t> message);
+  void drain_completions();
 
   const DaemonConfig config_;
   const int listen_fd_;
@@ -79,6 +91,12 @@ class Reactor {
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Connection> connections_;
   std::map<std::uint64_t, std::unique_ptr<TenantSession>> sessions_;
+  std::map<std::uint64_t, std::uint64_t> session_ids_;  // session_id -> key in sessions_
+  ModelPort* const model_;
+  int completion_fd_ = -1;  // eventfd: the executor rings it after queueing a completion
+  std::mutex completions_mu_;
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> completions_;  // GUARDED_BY(completions_mu_)
+  std::atomic<bool> completions_waiting_{false};
   bool any_broken_ = false;  // some session has broken == true: detach it after this pass
   TenantRegistry registry_;
   ReplyBuilder replies_;

@@ -6,6 +6,7 @@
 #include "daemon/ipc/decode/request_decoder.hpp"
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
+#include "daemon/ipc/model_port.hpp"
 #include "schema/doorbell.hpp"
 #include "schema/protocol.hpp"
 #include "schema/segment_layout.hpp"
@@ -75,7 +76,7 @@ bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest&
   if (claim.code != wire::ErrorCode::None) return reject(claim.code, claim.reason);
 
   std::string error;
-  auto segment = TenantSegment::create(*layout, claim.session_id, &error);
+  std::shared_ptr<TenantSegment> segment = TenantSegment::create(*layout, claim.session_id, &error);
   const int daemon_db = schema::make_doorbell();
   const int client_db = schema::make_doorbell();
   if (!segment || daemon_db < 0 || client_db < 0) {
@@ -108,6 +109,7 @@ bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest&
   watch(daemon_db, Tag::Doorbell, id, true);
   NEXUS_LOG(info, "attach", "tenant={} uid={} pid={} session={} segment_bytes={} ring_bytes={}",
             name, peer.uid, peer.pid, claim.session_id, layout->total_bytes, ring);
+  session_ids_[claim.session_id] = id;
   sessions_.emplace(id, std::move(session));
   return false;
 }
@@ -122,10 +124,13 @@ void Reactor::send_status(Connection& c) {
         s->segment->layout().total_bytes, s->served, s->errors,
         std::chrono::duration<double>(now - s->attached_at).count()));
   }
+  ModelStats ms;
+  if (model_) ms = model_->stats();
   auto reply = wire::CreateStatusReply(
       fbb, fbb.CreateString(schema::kDaemonVersion), schema::kProtocolVersion, ::getpid(),
       std::chrono::duration<double>(now - started_).count(), fbb.CreateVector(tenants),
-      message_bytes_copied_, tensor_bytes_copied_);
+      message_bytes_copied_, tensor_bytes_copied_ + ms.input_bytes_packed,
+      fbb.CreateString(model_ ? model_->backbone_name() : ""), ms.groups, ms.grouped_requests, ms.samples);
   fbb.Finish(wire::CreateControlMessage(fbb, wire::ControlBody::StatusReply, reply.Union()));
   schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()});
 }

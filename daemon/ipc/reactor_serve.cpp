@@ -2,6 +2,7 @@
 #include "daemon/ipc/decode/request_decoder.hpp"
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
+#include "daemon/ipc/model_port.hpp"
 #include "schema/doorbell.hpp"
 
 namespace nexus::daemon {
@@ -30,7 +31,7 @@ bool Reactor::serve(TenantSession& s) {
     worked = true;
   }
   const std::uint64_t max_message = s.responses.max_message();
-  for (int i = 0; i < kMaxPerRound && s.pending.empty(); ++i) {
+  for (int i = 0; i < kMaxPerRound && s.pending.empty() && s.model_in_flight < kMaxModelInFlight; ++i) {
     const auto status = s.requests.try_pop(scratch_, max_message);
     if (status == schema::PopStatus::Empty) break;
     worked = true;
@@ -93,6 +94,12 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
       push_reply(s, replies_.digest(req.request_id, fnv1a(p, req.input.bytes), req.input.bytes));
       return;
     }
+    case wire::Body::RegisterRequest:
+    case wire::Body::SftStepRequest:
+    case wire::Body::PredictRequest:
+    case wire::Body::PublishRequest:
+      submit_model_work(s, req.request_id, req.type, message);
+      return;
     default:  // decode_request admits only the types above
       push_reply(s, replies_.error(req.request_id, wire::ErrorCode::Internal, "unhandled type"));
   }
@@ -120,6 +127,51 @@ void Reactor::flush_pending(TenantSession& s) {
     const auto status = s.responses.try_push(s.pending.front());
     if (status == schema::PushStatus::Full) return;
     s.pending.pop_front();  // Ok, or undeliverable: either way it leaves the queue
+  }
+}
+
+void Reactor::submit_model_work(TenantSession& s, std::uint64_t request_id, wire::Body type,
+                                std::span<const std::uint8_t> message) {
+  if (model_ == nullptr) {
+    push_reply(s, replies_.error(request_id, wire::ErrorCode::Internal, "this nexusd runs without a model service"));
+    return;
+  }
+  ModelWork w;
+  w.session_id = s.session_id;
+  w.tenant = s.name;
+  w.request_id = request_id;
+  w.type = type;
+  w.message.assign(message.begin(), message.end());
+  w.segment = s.segment;
+  w.alive = s.alive;
+  w.arrival = sched::Clock::now();
+  ++s.model_in_flight;
+  model_->submit(std::move(w));
+}
+
+void Reactor::post_completion(std::uint64_t session_id, std::vector<std::uint8_t> reply) {
+  {
+    std::lock_guard lock(completions_mu_);
+    completions_.emplace_back(session_id, std::move(reply));
+  }
+  completions_waiting_.store(true, std::memory_order_release);
+  schema::ring_doorbell(completion_fd_);
+}
+
+void Reactor::drain_completions() {
+  std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> done;
+  {
+    std::lock_guard lock(completions_mu_);
+    done.swap(completions_);
+    completions_waiting_.store(false, std::memory_order_relaxed);
+  }
+  for (auto& [session_id, reply] : done) {
+    auto key = session_ids_.find(session_id);
+    if (key == session_ids_.end()) continue;  // the tenant left; its work was cancelled
+    TenantSession& s = *sessions_.at(key->second);
+    if (s.model_in_flight > 0) --s.model_in_flight;
+    push_reply(s, reply);
+    if (s.responses.consumer_sleeping()) schema::ring_doorbell(s.client_doorbell);
   }
 }
 

@@ -5,7 +5,7 @@
 namespace nexus::daemon {
 
 TenantSession::TenantSession(int socket_fd, ucred peer_cred, std::string tenant_name,
-                             std::uint64_t id, std::unique_ptr<TenantSegment> seg, int daemon_db,
+                             std::uint64_t id, std::shared_ptr<TenantSegment> seg, int daemon_db,
                              int client_db)
     : socket(socket_fd),
       peer(peer_cred),
@@ -18,6 +18,7 @@ TenantSession::TenantSession(int socket_fd, ucred peer_cred, std::string tenant_
       responses(segment->response_ring(), segment->layout().ring_capacity) {}
 
 TenantSession::~TenantSession() {
+  alive->store(false);
   ::close(socket);
   ::close(daemon_doorbell);
   ::close(client_doorbell);

@@ -2,11 +2,13 @@
 //
 // Thread safety: owned by the reactor thread.
 // Invariants: (1) `pending` is non-empty only while the response ring is full; while it is,
-// no further requests are popped (the tenant's own backpressure, not everyone's);
+// no further requests are popped (the tenant's own backpressure, not everyone's); likewise
+// while model_in_flight is at Reactor::kMaxModelInFlight;
 // (2) socket EOF destroys the session, which unmaps the segment and closes every fd it holds.
 #pragma once
 #include <sys/socket.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -21,7 +23,7 @@ namespace nexus::daemon {
 
 struct TenantSession {
   TenantSession(int socket, ucred peer, std::string name, std::uint64_t session_id,
-                std::unique_ptr<TenantSegment> segment, int daemon_doorbell, int client_doorbell);
+                std::shared_ptr<TenantSegment> segment, int daemon_doorbell, int client_doorbell);
   ~TenantSession();
   TenantSession(const TenantSession&) = delete;
   TenantSession& operator=(const TenantSession&) = delete;
@@ -30,7 +32,9 @@ struct TenantSession {
   const ucred peer;
   const std::string name;
   const std::uint64_t session_id;
-  const std::unique_ptr<TenantSegment> segment;
+  const std::shared_ptr<TenantSegment> segment;  // shared with in-flight model work
+  // Cleared when the session ends, so that queued model work for it is cancelled.
+  const std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
   const int daemon_doorbell;  // the tenant rings it; our epoll watches it
   const int client_doorbell;  // we ring it when the tenant sleeps on the response ring
   const std::chrono::steady_clock::time_point attached_at = std::chrono::steady_clock::now();
@@ -40,6 +44,7 @@ struct TenantSession {
   std::deque<std::vector<std::uint8_t>> pending;
 
   bool broken = false;  // the tenant corrupted a ring beyond resynchronisation
+  std::uint32_t model_in_flight = 0;  // model requests handed to the model service, unanswered
   std::uint64_t served = 0;
   std::uint64_t errors = 0;
 };

@@ -1,4 +1,5 @@
 #include "daemon/log/log.hpp"
+#include "daemon/log/log_text.hpp"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/systemd_sink.h>
@@ -24,6 +25,14 @@ void init_logging(const std::string& level) {
   logger->set_level(spdlog::level::from_str(level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+}
+
+void log_text(LogLevel level, std::string_view event, const std::string& fields) {
+  const auto l = level == LogLevel::Debug  ? spdlog::level::debug
+                 : level == LogLevel::Info ? spdlog::level::info
+                 : level == LogLevel::Warn ? spdlog::level::warn
+                                           : spdlog::level::err;
+  spdlog::log(l, "event={} {}", event, fields);
 }
 
 }  // namespace nexus::daemon

@@ -30,6 +30,7 @@ TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing 
   // Status queries' connections close asynchronously: compare fd totals once they settle.
   REQUIRE(eventually([&] { return count_fds(daemon.pid(), "socket:") == 1; }));  // the listener
   const std::size_t fds_idle = count_fds(daemon.pid());
+  const std::size_t eventfds_idle = count_fds(daemon.pid(), "eventfd");  // the daemon's own
   auto fds_settle_at = [&](std::size_t n) { return eventually([&] { return count_fds(daemon.pid()) == n; }); };
   TempDir out;
   std::vector<pid_t> pids;
@@ -43,7 +44,7 @@ TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing 
   REQUIRE(daemon.wait_tenants(3, std::chrono::seconds(10)));
   // Each attached tenant costs the daemon its mapping plus three fds (socket, two doorbells).
   CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 3);
-  CHECK(count_fds(daemon.pid(), "eventfd") == 6);
+  CHECK(count_fds(daemon.pid(), "eventfd") == eventfds_idle + 6);
   CHECK(fds_settle_at(fds_idle + 9));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // mid-stream
 
@@ -56,7 +57,7 @@ TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing 
   CHECK(detected_ms <= 1000);
   for (const auto& t : nexus::query_status(daemon.socket()).tenants) CHECK(t.name != "stream-1");
   CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 2);
-  CHECK(count_fds(daemon.pid(), "eventfd") == 4);
+  CHECK(count_fds(daemon.pid(), "eventfd") == eventfds_idle + 4);
   CHECK(fds_settle_at(fds_idle + 6));
   CHECK(shm_entries() == shm_before);  // segments never had a name there
 
@@ -73,6 +74,6 @@ TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing 
   }
   REQUIRE(daemon.wait_tenants(0, std::chrono::seconds(2)));
   CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 0);
-  CHECK(count_fds(daemon.pid(), "eventfd") == 0);
+  CHECK(count_fds(daemon.pid(), "eventfd") == eventfds_idle);
   CHECK(fds_settle_at(fds_idle));
 }

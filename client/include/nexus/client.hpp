@@ -21,6 +21,7 @@
 
 #include "nexus/error.hpp"
 #include "nexus/status.hpp"
+#include "nexus/tenant.hpp"
 #include "nexus/tensor.hpp"
 
 namespace nexus {
@@ -91,6 +92,18 @@ class Client {
   // The daemon reads the tensor in place and returns its FNV-1a digest.
   Future<DigestResult> digest_async(const Tensor& tensor);
   DigestResult digest(const Tensor& tensor);
+
+  // ---- the model (nexus/tenant.hpp) ----
+  // Creates (or replaces) this tenant's slot: head, optimizer, data schema.
+  BackboneInfo register_tenant(const TenantSpec& spec);
+  // One SFT step on a batch; actions float32 [n, chunk, action_dim] in the arena.
+  Future<SftResult> sft_step_async(const Observation& obs, const Tensor& actions);
+  SftResult sft_step(const Observation& obs, const Tensor& actions);
+  // Actions of the live head (version 0) or of a published version.
+  Future<Prediction> predict_async(const Observation& obs, std::uint64_t version = 0);
+  Prediction predict(const Observation& obs, std::uint64_t version = 0);
+  // Freezes the head's current parameters as a new version; returns it.
+  std::uint64_t publish();
 
  private:
   explicit Client(std::unique_ptr<detail::ClientState> state);

@@ -26,8 +26,12 @@ enum class ErrorCode : std::uint16_t {
   Timeout,
   DaemonGone,
   Internal,
-  ArenaFull,      // client-side: the client arena has no room for the tensor
-  ConnectFailed,  // client-side: nothing listens on the socket path
+  NotRegistered,   // a model request before register_tenant()
+  BadBatch,        // shapes or numbers the tenant's head refuses (NaN/Inf too)
+  UnknownVersion,  // a policy version this tenant never published
+  // Client-side codes, never on the wire:
+  ArenaFull = 1000,      // the client arena has no room for the tensor
+  ConnectFailed = 1001,  // nothing listens on the socket path
 };
 
 const char* error_code_name(ErrorCode code);

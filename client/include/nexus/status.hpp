@@ -26,6 +26,10 @@ struct DaemonStatus {
   std::vector<TenantStatus> tenants;
   std::uint64_t message_bytes_copied = 0;
   std::uint64_t tensor_bytes_copied = 0;
+  std::string backbone;
+  std::uint64_t model_groups = 0;
+  std::uint64_t model_requests = 0;
+  std::uint64_t model_samples = 0;
 };
 
 // Throws nexus::Error (ConnectFailed, DaemonGone, Timeout, UnsupportedVersion, BadMessage).

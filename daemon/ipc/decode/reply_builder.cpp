@@ -32,4 +32,32 @@ std::span<const std::uint8_t> ReplyBuilder::digest(std::uint64_t request_id, std
   return finish(request_id, wire::Body::DigestReply, body.Union());
 }
 
+std::span<const std::uint8_t> ReplyBuilder::registered(std::uint64_t request_id, std::string_view backbone,
+                                                       std::int32_t image_size, std::int32_t max_views,
+                                                       std::int32_t max_tokens, std::int32_t feature_dim) {
+  fbb_.Clear();
+  auto body = wire::CreateRegisterReply(fbb_, fbb_.CreateString(backbone.data(), backbone.size()), image_size,
+                                        max_views, max_tokens, feature_dim);
+  return finish(request_id, wire::Body::RegisterReply, body.Union());
+}
+
+std::span<const std::uint8_t> ReplyBuilder::sft_step(std::uint64_t request_id, double loss, double grad_norm,
+                                                     std::uint64_t step) {
+  fbb_.Clear();
+  return finish(request_id, wire::Body::SftStepReply, wire::CreateSftStepReply(fbb_, loss, grad_norm, step).Union());
+}
+
+std::span<const std::uint8_t> ReplyBuilder::predict(std::uint64_t request_id, std::span<const float> actions,
+                                                    std::span<const std::int64_t> shape) {
+  fbb_.Clear();
+  auto a = fbb_.CreateVector(actions.data(), actions.size());
+  auto s = fbb_.CreateVector(shape.data(), shape.size());
+  return finish(request_id, wire::Body::PredictReply, wire::CreatePredictReply(fbb_, a, s).Union());
+}
+
+std::span<const std::uint8_t> ReplyBuilder::published(std::uint64_t request_id, std::uint64_t version) {
+  fbb_.Clear();
+  return finish(request_id, wire::Body::PublishReply, wire::CreatePublishReply(fbb_, version).Union());
+}
+
 }  // namespace nexus::daemon

@@ -18,6 +18,14 @@ class ReplyBuilder {
                                      std::span<const std::uint8_t> payload);
   std::span<const std::uint8_t> digest(std::uint64_t request_id, std::uint64_t fnv1a,
                                        std::uint64_t bytes);
+  std::span<const std::uint8_t> registered(std::uint64_t request_id, std::string_view backbone,
+                                           std::int32_t image_size, std::int32_t max_views,
+                                           std::int32_t max_tokens, std::int32_t feature_dim);
+  std::span<const std::uint8_t> sft_step(std::uint64_t request_id, double loss, double grad_norm,
+                                         std::uint64_t step);
+  std::span<const std::uint8_t> predict(std::uint64_t request_id, std::span<const float> actions,
+                                        std::span<const std::int64_t> shape);
+  std::span<const std::uint8_t> published(std::uint64_t request_id, std::uint64_t version);
 
  private:
   std::span<const std::uint8_t> finish(std::uint64_t request_id, wire::Body type,

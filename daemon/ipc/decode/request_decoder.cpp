@@ -3,6 +3,8 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 #include "schema/protocol.hpp"
 
@@ -50,6 +52,34 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
     case wire::Body::DigestRequest: {
       req.input = schema::check_tensor_ref(msg->body_as_DigestRequest()->input(), limits.client_arena_bytes);
       if (!req.input) return error(id, req.input.code, req.input.reason);
+      return req;
+    }
+    case wire::Body::RegisterRequest:
+      if (msg->body_as_RegisterRequest()->head() == nullptr ||
+          msg->body_as_RegisterRequest()->head()->kind() == nullptr)
+        return error(id, wire::ErrorCode::BadMessage, "RegisterRequest needs a head with a kind");
+      return req;
+    case wire::Body::PublishRequest:
+      return req;
+    case wire::Body::SftStepRequest:
+    case wire::Body::PredictRequest: {
+      const bool sft = msg->body_type() == wire::Body::SftStepRequest;
+      const wire::Observation* obs =
+          sft ? msg->body_as_SftStepRequest()->obs() : msg->body_as_PredictRequest()->obs();
+      if (obs == nullptr) return error(id, wire::ErrorCode::BadMessage, "request without an observation");
+      // Every tensor named must lie inside the arena; shapes are the model service's to judge.
+      const std::pair<const wire::TensorRef*, const char*> refs[] = {
+          {obs->images(), "images"}, {obs->tokens(), "tokens"}, {obs->token_mask(), "token_mask"},
+          {obs->state(), "state"}, {sft ? msg->body_as_SftStepRequest()->actions() : nullptr, "actions"}};
+      for (const auto& [ref, name] : refs) {
+        const bool required = std::string_view(name) != "state" && (sft || std::string_view(name) != "actions");
+        if (ref == nullptr) {
+          if (required) return error(id, wire::ErrorCode::BadMessage, std::string("missing tensor ") + name);
+          continue;
+        }
+        auto check = schema::check_tensor_ref(ref, limits.client_arena_bytes);
+        if (!check) return error(id, check.code, std::string(name) + ": " + check.reason);
+      }
       return req;
     }
     case wire::Body::NONE:

@@ -1,0 +1,139 @@
+#include "daemon/model/heads.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace nexus::model {
+namespace {
+
+torch::nn::Sequential mlp(std::int64_t in, std::int64_t hidden, std::int64_t out) {
+  return torch::nn::Sequential(torch::nn::Linear(in, hidden), torch::nn::GELU(), torch::nn::Linear(hidden, hidden),
+                               torch::nn::GELU(), torch::nn::Linear(hidden, out));
+}
+
+class MlpChunkHead : public ActionHead {
+ public:
+  MlpChunkHead(const HeadSpec& s, std::int64_t d) : ActionHead(s) {
+    net_ = register_module("net", mlp(d + s.state_dim, s.hidden, s.chunk * s.action_dim));
+  }
+  torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator&) override {
+    return net_->forward(with_state(f.pooled, state)).view({-1, spec_.chunk, spec_.action_dim});
+  }
+  torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
+                     at::Generator& gen) override {
+    return torch::l1_loss(predict(f, state, gen), actions);
+  }
+
+ private:
+  torch::nn::Sequential net_{nullptr};
+};
+
+class FlowHead : public ActionHead {
+ public:
+  static constexpr std::int64_t kTimeDim = 16;
+  FlowHead(const HeadSpec& s, std::int64_t d) : ActionHead(s) {
+    query_ = register_parameter("query", torch::randn({d}) * 0.02);
+    net_ = register_module("net", mlp(2 * d + s.state_dim + s.chunk * s.action_dim + kTimeDim, s.hidden,
+                                      s.chunk * s.action_dim));
+  }
+
+  torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
+                     at::Generator& gen) override {
+    const auto n = actions.size(0);
+    auto x1 = actions.reshape({n, -1});
+    auto x0 = torch::randn(x1.sizes(), gen, x1.options()) * spec_.flow_noise;
+    auto t = torch::rand({n, 1}, gen, x1.options());
+    auto xt = (1 - t) * x0 + t * x1;
+    return torch::mse_loss(velocity(condition(f, state), xt, t), x1 - x0);
+  }
+
+  torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator& gen) override {
+    const auto n = f.pooled.size(0);
+    const auto cond = condition(f, state);
+    auto x = torch::randn({n, spec_.chunk * spec_.action_dim}, gen, f.pooled.options()) * spec_.flow_noise;
+    const double dt = 1.0 / static_cast<double>(spec_.flow_steps);
+    for (std::int64_t k = 0; k < spec_.flow_steps; ++k) {
+      auto t = torch::full({n, 1}, k * dt, x.options());
+      x = x + dt * velocity(cond, x, t);
+    }
+    return x.view({n, spec_.chunk, spec_.action_dim});
+  }
+
+ private:
+  // Attention pooling of the feature tokens with a learned query, next to the pooled feature.
+  torch::Tensor condition(const VLAFeature& f, const torch::Tensor& state) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(query_.size(0)));
+    auto scores = torch::matmul(f.tokens, query_) * scale;  // [n, L]
+    scores = scores.masked_fill(f.mask.logical_not(), -1e9);
+    auto pooled_tokens = torch::bmm(torch::softmax(scores, 1).unsqueeze(1), f.tokens).squeeze(1);
+    return torch::cat({pooled_tokens, with_state(f.pooled, state)}, 1);
+  }
+  torch::Tensor velocity(const torch::Tensor& cond, const torch::Tensor& xt, const torch::Tensor& t) {
+    auto freqs = torch::exp(torch::arange(kTimeDim / 2, t.options()) * (-std::log(1000.0) / (kTimeDim / 2)));
+    auto angles = t * freqs * 1000.0;
+    auto temb = torch::cat({torch::sin(angles), torch::cos(angles)}, 1);
+    return net_->forward(torch::cat({cond, xt, temb}, 1));
+  }
+  torch::Tensor query_;
+  torch::nn::Sequential net_{nullptr};
+};
+
+class GaussianHeadImpl : public ActionHead {
+ public:
+  GaussianHeadImpl(const HeadSpec& s, std::int64_t d) : ActionHead(s) {
+    net_ = register_module("net", mlp(d + s.state_dim, s.hidden, s.chunk * s.action_dim));
+    log_std_ = register_parameter("log_std", torch::full({s.chunk, s.action_dim}, -0.5));
+  }
+  GaussianOutputs outputs(const VLAFeature& f, const torch::Tensor& state) {
+    return {net_->forward(with_state(f.pooled, state)).view({-1, spec_.chunk, spec_.action_dim}), log_std_};
+  }
+  torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator&) override {
+    return outputs(f, state).mean;  // the deterministic action; sampling is the caller's choice
+  }
+  torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
+                     at::Generator&) override {
+    return -gaussian_log_prob(outputs(f, state), actions).mean() / (spec_.chunk * spec_.action_dim);
+  }
+
+ private:
+  torch::nn::Sequential net_{nullptr};
+  torch::Tensor log_std_;
+};
+
+}  // namespace
+
+torch::Tensor ActionHead::with_state(const torch::Tensor& pooled, const torch::Tensor& state) const {
+  if (spec_.state_dim == 0) return pooled;
+  TORCH_CHECK(state.defined() && state.dim() == 2 && state.size(1) == spec_.state_dim &&
+                  state.size(0) == pooled.size(0),
+              "state must be float [n, ", spec_.state_dim, "]");
+  return torch::cat({pooled, state.to(pooled.dtype())}, 1);
+}
+
+std::shared_ptr<ActionHead> make_head(const HeadSpec& s, std::int64_t feature_dim) {
+  if (s.action_dim <= 0 || s.chunk <= 0 || s.hidden <= 0 || s.state_dim < 0 || s.flow_steps <= 0 ||
+      !(s.flow_noise > 0))
+    throw std::invalid_argument("head sizes must be positive (action_dim, chunk, hidden, flow_steps, flow_noise)");
+  if (s.kind == "mlp_chunk") return std::make_shared<MlpChunkHead>(s, feature_dim);
+  if (s.kind == "flow") return std::make_shared<FlowHead>(s, feature_dim);
+  if (s.kind == "gaussian") return std::make_shared<GaussianHeadImpl>(s, feature_dim);
+  throw std::invalid_argument("unknown head kind '" + s.kind + "' (mlp_chunk, flow, gaussian)");
+}
+
+GaussianOutputs gaussian_outputs(ActionHead& head, const VLAFeature& f, const torch::Tensor& state) {
+  auto* g = dynamic_cast<GaussianHeadImpl*>(&head);
+  if (g == nullptr) throw std::invalid_argument("not a gaussian head: " + head.spec().kind);
+  return g->outputs(f, state);
+}
+
+torch::Tensor gaussian_log_prob(const GaussianOutputs& g, const torch::Tensor& actions) {
+  auto var = torch::exp(2 * g.log_std);
+  auto lp = -((actions - g.mean).pow(2) / (2 * var)) - g.log_std - 0.5 * std::log(2 * M_PI);
+  return lp.flatten(1).sum(1);
+}
+
+torch::Tensor gaussian_entropy(const GaussianOutputs& g) {
+  return (0.5 + 0.5 * std::log(2 * M_PI) + g.log_std).sum();
+}
+
+}  // namespace nexus::model

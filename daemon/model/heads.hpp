@@ -1,0 +1,61 @@
+// Tenant action heads on top of the frozen backbone's VLAFeature.
+//
+//   mlp_chunk  OFT-style: MLP over pooled features (+ proprio state) -> action chunk; L1 loss.
+//   flow       GR00T-style flow matching: a small network conditioned on the feature tokens
+//              (attention pooling with a learned query) predicts the velocity from noise to the
+//              action chunk; MSE loss; K-step Euler sampling.
+//   gaussian   MLP mean plus a learned log-std, for RL: log-probabilities and entropy; its SFT
+//              loss is the negative log-likelihood.
+//
+// Every head maps (features, state) to actions [n, chunk, action_dim]. Randomness (flow noise,
+// gaussian sampling) comes only from the generator passed in: a tenant's RNG, never global state.
+#pragma once
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+
+#include "daemon/model/backbone.hpp"
+
+namespace nexus::model {
+
+struct HeadSpec {
+  std::string kind = "mlp_chunk";
+  std::int64_t state_dim = 0;
+  std::int64_t action_dim = 2;
+  std::int64_t chunk = 1;
+  std::int64_t hidden = 256;
+  std::int64_t flow_steps = 10;
+  // Std of the flow's source noise, in action units: match it to the actions' scale (as one
+  // would normalise actions), or the velocity target is mostly noise and learning is slow.
+  double flow_noise = 1.0;
+};
+
+class ActionHead : public torch::nn::Module {
+ public:
+  explicit ActionHead(HeadSpec spec) : spec_(std::move(spec)) {}
+  const HeadSpec& spec() const { return spec_; }
+
+  // state float [n, state_dim] (undefined when state_dim == 0), actions float [n, chunk, action_dim].
+  virtual torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
+                             at::Generator& gen) = 0;
+  virtual torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator& gen) = 0;
+
+ protected:
+  torch::Tensor with_state(const torch::Tensor& pooled, const torch::Tensor& state) const;
+  HeadSpec spec_;
+};
+
+// Throws std::invalid_argument for an unknown kind or non-positive sizes.
+std::shared_ptr<ActionHead> make_head(const HeadSpec& spec, std::int64_t feature_dim);
+
+// RL helpers of the gaussian head (nullptr-safe casts are the caller's business).
+struct GaussianOutputs {
+  torch::Tensor mean;     // [n, chunk, action_dim]
+  torch::Tensor log_std;  // [chunk, action_dim]
+};
+GaussianOutputs gaussian_outputs(ActionHead& head, const VLAFeature& f, const torch::Tensor& state);
+torch::Tensor gaussian_log_prob(const GaussianOutputs& g, const torch::Tensor& actions);  // [n]
+torch::Tensor gaussian_entropy(const GaussianOutputs& g);                               // scalar, per sample
+
+}  // namespace nexus::model

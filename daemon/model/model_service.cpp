@@ -1,0 +1,347 @@
+#include "daemon/model/model_service.hpp"
+
+#include <torch/torch.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "daemon/ipc/decode/reply_builder.hpp"
+#include "daemon/log/log_text.hpp"
+#include "daemon/model/backbone.hpp"
+#include "daemon/model/tenant_slot.hpp"
+#include "schema/tensor_ref.hpp"
+
+namespace nexus::daemon {
+namespace {
+
+using Clock = sched::Clock;
+
+bool batchable(wire::Body t) { return t == wire::Body::SftStepRequest || t == wire::Body::PredictRequest; }
+
+const wire::Observation* observation_of(const wire::Message* m) {
+  if (m->body_type() == wire::Body::SftStepRequest) return m->body_as_SftStepRequest()->obs();
+  if (m->body_type() == wire::Body::PredictRequest) return m->body_as_PredictRequest()->obs();
+  return nullptr;
+}
+
+// Limits on what a tenant may register (heads are small by design; this bounds daemon memory).
+constexpr std::int32_t kMaxActionDim = 64, kMaxChunk = 64, kMaxStateDim = 1024, kMaxHidden = 4096, kMaxFlowSteps = 100;
+constexpr std::int64_t kMaxSamplesPerRequest = 4096;
+
+struct Slot {
+  std::unique_ptr<model::TenantSlot> trainer;
+  std::int64_t views = 1;
+};
+
+// A request's tensors, bound in place to the tenant's arena.
+struct Bound {
+  ModelWork* work = nullptr;
+  const wire::Message* msg = nullptr;
+  Slot* slot = nullptr;
+  std::int64_t n = 0;
+  torch::Tensor images, tokens, mask, state, actions;
+};
+
+}  // namespace
+
+struct ModelService::Impl {
+  Impl(const ModelConfig& c, Completion done) : config(c), complete(std::move(done)) {}
+
+  // Rejects a request with a typed error reply.
+  void fail(const ModelWork& w, wire::ErrorCode code, const std::string& reason) {
+    log_text(LogLevel::Debug, "model_error",
+             "tenant=" + w.tenant + " request=" + std::to_string(w.request_id) + " code=" +
+                 wire::EnumNameErrorCode(code) + " reason=\"" + reason + "\"");
+    reply(w, replies.error(w.request_id, code, reason));
+  }
+  void reply(const ModelWork& w, std::span<const std::uint8_t> bytes) {
+    complete(w.session_id, std::vector<std::uint8_t>(bytes.begin(), bytes.end()));
+  }
+
+  sched::PendingRequest view_of(const ModelWork& w) const {
+    sched::PendingRequest v;
+    v.tenant = std::hash<std::string>{}(w.tenant);
+    v.batchable = batchable(w.type);
+    v.arrival = w.arrival;
+    v.samples = 1;
+    if (v.batchable) {
+      const auto* obs = observation_of(wire::GetMessage(w.message.data()));
+      const auto* shape = obs && obs->images() ? obs->images()->shape() : nullptr;
+      if (shape && shape->size() == 5) {
+        v.samples = static_cast<std::uint32_t>(std::clamp<std::int64_t>(shape->Get(0), 1, kMaxSamplesPerRequest));
+        v.key = static_cast<std::uint64_t>(std::clamp<std::int64_t>(shape->Get(1), 0, 64));  // views
+      }
+    }
+    return v;
+  }
+
+  void run() {
+    torch::set_num_threads(config.torch_threads > 0 ? config.torch_threads
+                                                    : static_cast<int>(std::thread::hardware_concurrency()));
+    for (;;) {
+      std::vector<ModelWork> batch;
+      {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return stop || !queue.empty(); });
+        if (stop) return;
+        std::vector<sched::PendingRequest> views;
+        views.reserve(queue.size());
+        for (const auto& w : queue) views.push_back(view_of(w));
+        const auto d = sched::decide(views, Clock::now(), config.batch, std::max<std::size_t>(1, active.size()));
+        if (d.take.empty()) {
+          cv.wait_for(lk, d.wait);
+          continue;
+        }
+        for (auto i : d.take) batch.push_back(std::move(queue[i]));
+        for (auto it = d.take.rbegin(); it != d.take.rend(); ++it) queue.erase(queue.begin() + static_cast<long>(*it));
+      }
+      // run_group and run_single answer every live request exactly once, errors included.
+      if (batchable(batch.front().type))
+        run_group(batch);
+      else
+        run_single(batch.front());
+    }
+  }
+
+  void run_single(ModelWork& w) {
+    if (!w.alive->load()) return;
+    const auto* msg = wire::GetMessage(w.message.data());
+    if (w.type == wire::Body::RegisterRequest) return register_tenant(w, *msg->body_as_RegisterRequest());
+    auto it = slots.find(w.tenant);
+    if (it == slots.end()) return fail(w, wire::ErrorCode::NotRegistered, "register the tenant before publishing");
+    reply(w, replies.published(w.request_id, it->second.trainer->publish()));
+  }
+
+  void register_tenant(ModelWork& w, const wire::RegisterRequest& r) {
+    const auto& bb = backbone->config();
+    const auto* h = r.head();  // presence checked by the decoder
+    model::HeadSpec spec{h->kind()->str(), h->state_dim(), h->action_dim(), h->chunk(), h->hidden(), h->flow_steps(),
+                         h->flow_noise()};
+    auto out_of = [](std::int64_t v, std::int64_t lo, std::int64_t hi) { return v < lo || v > hi; };
+    if (out_of(r.views(), 1, bb.max_views) || out_of(spec.action_dim, 1, kMaxActionDim) ||
+        out_of(spec.chunk, 1, kMaxChunk) || out_of(spec.state_dim, 0, kMaxStateDim) ||
+        out_of(spec.hidden, 1, kMaxHidden) || out_of(spec.flow_steps, 1, kMaxFlowSteps) ||
+        !(spec.flow_noise > 0 && spec.flow_noise <= 100))
+      return fail(w, wire::ErrorCode::BadMessage,
+                  "schema out of range: views 1.." + std::to_string(bb.max_views) + ", action_dim 1..64, chunk 1..64, "
+                  "state_dim 0..1024, hidden 1..4096, flow_steps 1..100, flow_noise (0, 100]");
+    model::OptimizerConfig opt;
+    if (const auto* o = r.optimizer()) opt = {o->lr(), o->beta1(), o->beta2(), o->weight_decay(), o->grad_clip()};
+    if (!(opt.lr > 0 && opt.lr < 10) || !(opt.beta1 >= 0 && opt.beta1 < 1) || !(opt.beta2 >= 0 && opt.beta2 < 1) ||
+        !(opt.weight_decay >= 0) || !(opt.grad_clip >= 0))
+      return fail(w, wire::ErrorCode::BadMessage, "optimizer settings out of range");
+    try {
+      Slot slot{std::make_unique<model::TenantSlot>(spec, opt, bb.dim, r.seed()), r.views()};
+      slots[w.tenant] = std::move(slot);
+    } catch (const std::invalid_argument& e) {
+      return fail(w, wire::ErrorCode::BadMessage, e.what());
+    }
+    {
+      std::lock_guard lk(mu);
+      active.insert(w.tenant);
+    }
+    log_text(LogLevel::Info, "register",
+             "tenant=" + w.tenant + " head=" + spec.kind + " views=" + std::to_string(r.views()) +
+                 " state_dim=" + std::to_string(spec.state_dim) + " action_dim=" + std::to_string(spec.action_dim) +
+                 " chunk=" + std::to_string(spec.chunk));
+    reply(w, replies.registered(w.request_id, bb.name, static_cast<std::int32_t>(bb.image_size),
+                                static_cast<std::int32_t>(bb.max_views), static_cast<std::int32_t>(bb.max_tokens),
+                                static_cast<std::int32_t>(bb.dim)));
+  }
+
+  // Binds a tensor reference to the arena without copying; "" or the reason it does not fit.
+  std::string bind(const wire::TensorRef* ref, const char* name, wire::DType dtype,
+                   const std::vector<std::int64_t>& shape, const TenantSegment& seg, torch::Tensor& out) {
+    const auto check = schema::check_tensor_ref(ref, seg.layout().client_arena_bytes);
+    if (!check) return std::string(name) + ": " + check.reason;
+    std::vector<std::int64_t> got(ref->shape()->begin(), ref->shape()->end());
+    if (ref->dtype() != dtype || got != shape) {
+      std::string want = schema::dtype_name(dtype) + std::string(" [");
+      for (std::size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+      return std::string(name) + " must be " + want + "]";
+    }
+    const auto type = dtype == wire::DType::UInt8   ? torch::kUInt8
+                      : dtype == wire::DType::Int32 ? torch::kInt32
+                                                    : torch::kFloat32;
+    // The arena is the tenant's: we only read it. A tenant that writes while we read harms itself.
+    out = torch::from_blob(const_cast<std::uint8_t*>(seg.client_arena()) + check.offset, shape,
+                           torch::TensorOptions().dtype(type));
+    return "";
+  }
+
+  std::string bind_request(Bound& b) {
+    const auto& bb = backbone->config();
+    const auto& spec = b.slot->trainer->head().spec();
+    const auto* obs = observation_of(b.msg);
+    const auto* img_shape = obs->images()->shape();
+    if (!img_shape || img_shape->size() != 5 || img_shape->Get(0) < 1 || img_shape->Get(0) > kMaxSamplesPerRequest)
+      return "images must be uint8 [n, views, H, W, 3] with 1 <= n <= " + std::to_string(kMaxSamplesPerRequest);
+    b.n = img_shape->Get(0);
+    const auto& seg = *b.work->segment;
+    std::string e = bind(obs->images(), "images", wire::DType::UInt8, {b.n, b.slot->views, bb.image_size, bb.image_size, 3},
+                         seg, b.images);
+    if (e.empty()) e = bind(obs->tokens(), "tokens", wire::DType::Int32, {b.n, bb.max_tokens}, seg, b.tokens);
+    if (e.empty()) e = bind(obs->token_mask(), "token_mask", wire::DType::UInt8, {b.n, bb.max_tokens}, seg, b.mask);
+    if (e.empty() && spec.state_dim > 0) {
+      if (!obs->state()) return "this tenant's schema has state_dim " + std::to_string(spec.state_dim) + ": state missing";
+      e = bind(obs->state(), "state", wire::DType::Float32, {b.n, spec.state_dim}, seg, b.state);
+    }
+    if (e.empty() && b.msg->body_type() == wire::Body::SftStepRequest)
+      e = bind(b.msg->body_as_SftStepRequest()->actions(), "actions", wire::DType::Float32,
+               {b.n, spec.chunk, spec.action_dim}, seg, b.actions);
+    return e;
+  }
+
+  void run_group(std::vector<ModelWork>& group) {
+    std::vector<Bound> bound;
+    for (auto& w : group) {
+      if (!w.alive->load()) continue;  // detached meanwhile: cancelled, nobody to answer
+      Bound b;
+      b.work = &w;
+      b.msg = wire::GetMessage(w.message.data());
+      auto it = slots.find(w.tenant);
+      if (it == slots.end()) {
+        fail(w, wire::ErrorCode::NotRegistered, "register the tenant (head and data schema) first");
+        continue;
+      }
+      b.slot = &it->second;
+      if (auto e = bind_request(b); !e.empty()) {
+        fail(w, wire::ErrorCode::BadBatch, e);
+        continue;
+      }
+      bound.push_back(std::move(b));
+    }
+    if (bound.empty()) return;
+
+    // One backbone pass over the concatenated group (the one copy: packing the group batch).
+    std::vector<torch::Tensor> images, tokens, masks;
+    std::int64_t samples = 0;
+    for (auto& b : bound) {
+      images.push_back(b.images);
+      tokens.push_back(b.tokens);
+      masks.push_back(b.mask);
+      samples += b.n;
+    }
+    const auto t0 = Clock::now();
+    model::VLAFeature features;
+    try {
+      torch::NoGradGuard no_grad;
+      auto img = torch::cat(images);
+      features = backbone->forward(img, torch::cat(tokens), torch::cat(masks).to(torch::kBool));
+      std::lock_guard lk(stats_mu);
+      // images, tokens (int32) and mask (uint8) of every sample: packed once into the group batch
+      stats.input_bytes_packed += static_cast<std::uint64_t>(img.numel()) +
+                                  static_cast<std::uint64_t>(samples) * 5 * static_cast<std::uint64_t>(backbone->config().max_tokens);
+    } catch (const std::exception& e) {
+      for (auto& b : bound) fail(*b.work, wire::ErrorCode::Internal, std::string("backbone: ") + e.what());
+      return;
+    }
+    const auto t1 = Clock::now();
+
+    // Partition: each request gets narrow() views of the group's features, no copy.
+    std::int64_t offset = 0;
+    for (auto& b : bound) {
+      model::VLAFeature f{features.tokens.narrow(0, offset, b.n), features.pooled.narrow(0, offset, b.n),
+                          features.mask.narrow(0, offset, b.n)};
+      offset += b.n;
+      run_head(b, f);
+    }
+    const auto t2 = Clock::now();
+    std::lock_guard lk(stats_mu);
+    stats.groups += 1;
+    stats.grouped_requests += bound.size();
+    stats.samples += static_cast<std::uint64_t>(samples);
+    stats.backbone_seconds += std::chrono::duration<double>(t1 - t0).count();
+    stats.head_seconds += std::chrono::duration<double>(t2 - t1).count();
+  }
+
+  // A head's failure is its tenant's alone: typed error, the group's others go on.
+  void run_head(Bound& b, const model::VLAFeature& f) {
+    const ModelWork& w = *b.work;
+    try {
+      if (b.msg->body_type() == wire::Body::SftStepRequest) {
+        const auto r = b.slot->trainer->sft_step(f, b.state, b.actions);
+        reply(w, replies.sft_step(w.request_id, r.loss, r.grad_norm, static_cast<std::uint64_t>(r.step)));
+      } else {
+        const auto version = b.msg->body_as_PredictRequest()->version();
+        auto a = b.slot->trainer->predict(f, b.state, version).contiguous();
+        const auto shape = a.sizes().vec();
+        reply(w, replies.predict(w.request_id, {a.data_ptr<float>(), static_cast<std::size_t>(a.numel())}, shape));
+      }
+    } catch (const model::SlotError& e) {
+      fail(w, wire::ErrorCode::BadBatch, e.what());
+    } catch (const std::out_of_range& e) {
+      fail(w, wire::ErrorCode::UnknownVersion, e.what());
+    } catch (const std::exception& e) {
+      fail(w, wire::ErrorCode::Internal, e.what());
+    }
+  }
+
+  const ModelConfig config;
+  const Completion complete;
+  model::VLABackbone backbone{nullptr};
+  std::map<std::string, Slot> slots;  // executor thread only; kept across reattach
+  ReplyBuilder replies;               // executor thread only
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<ModelWork> queue;     // GUARDED_BY(mu)
+  std::set<std::string> active;    // GUARDED_BY(mu): registered and attached
+  bool stop = false;               // GUARDED_BY(mu)
+
+  mutable std::mutex stats_mu;
+  ModelStats stats;  // GUARDED_BY(stats_mu)
+  std::thread thread;
+};
+
+ModelService::ModelService(const ModelConfig& config, Completion complete)
+    : impl_(std::make_unique<Impl>(config, std::move(complete))) {
+  auto bc = model::named_backbone(config.backbone);
+  if (!bc) throw std::runtime_error("unknown backbone '" + config.backbone + "' (tiny, small)");
+  impl_->backbone = model::VLABackbone(*bc);
+  if (!config.weights.empty()) model::load_weights(*impl_->backbone, config.weights);
+  impl_->backbone->freeze();
+  log_text(config.weights.empty() ? LogLevel::Warn : LogLevel::Info, "backbone",
+           "name=" + bc->name + " weights=" + (config.weights.empty() ? "none(seeded_init_not_pretrained)" : config.weights) +
+               " dim=" + std::to_string(bc->dim) + " layers=" + std::to_string(bc->layers));
+  impl_->thread = std::thread([this] { impl_->run(); });
+}
+
+ModelService::~ModelService() {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_all();
+  impl_->thread.join();
+}
+
+void ModelService::submit(ModelWork work) {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->queue.push_back(std::move(work));
+  }
+  impl_->cv.notify_one();
+}
+
+void ModelService::tenant_detached(const std::string& tenant) {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->active.erase(tenant);
+  }
+  impl_->cv.notify_one();  // a waiting group may now hold every active tenant
+}
+
+ModelStats ModelService::stats() const {
+  std::lock_guard lk(impl_->stats_mu);
+  return impl_->stats;
+}
+
+const model::BackboneConfig& ModelService::backbone() const { return impl_->backbone->config(); }
+std::string ModelService::backbone_name() const { return impl_->backbone->config().name; }
+
+}  // namespace nexus::daemon

@@ -1,0 +1,71 @@
+// A tenant's isolated training state: its head, AdamW optimizer, gradient clipping, RNG and step
+// counter. Nothing here is shared with another tenant; the backbone's features come in as
+// read-only inputs (views of a group's batch).
+//
+// Thread safety: one thread at a time per slot.
+#pragma once
+#include <torch/torch.h>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+
+#include "daemon/model/heads.hpp"
+
+namespace nexus::model {
+
+struct OptimizerConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double weight_decay = 0.01;
+  double grad_clip = 1.0;  // max global L2 norm; <= 0 disables
+};
+
+// A request this slot refuses; the slot's state is unchanged. `shape` marks a malformed batch,
+// otherwise the numbers were bad (NaN/Inf in actions, state or loss).
+class SlotError : public std::runtime_error {
+ public:
+  SlotError(bool shape, const std::string& reason) : std::runtime_error(reason), shape_(shape) {}
+  bool shape_error() const { return shape_; }
+
+ private:
+  bool shape_;
+};
+
+struct StepResult {
+  double loss = 0;
+  double grad_norm = 0;
+  std::int64_t step = 0;  // steps taken after this one
+};
+
+class TenantSlot {
+ public:
+  TenantSlot(const HeadSpec& head, const OptimizerConfig& optimizer, std::int64_t feature_dim, std::uint64_t seed);
+
+  // One supervised step on a batch. Throws SlotError (slot untouched) on bad input.
+  StepResult sft_step(const VLAFeature& features, const torch::Tensor& state, const torch::Tensor& actions);
+  // Actions [n, chunk, action_dim] of the live parameters (version 0) or of a published version
+  // (no grad, eval). Throws SlotError for bad input, std::out_of_range for an unknown version.
+  torch::Tensor predict(const VLAFeature& features, const torch::Tensor& state, std::uint64_t version = 0);
+
+  // Publishes an immutable snapshot of the head's parameters; returns its version (1, 2, ...).
+  std::uint64_t publish();
+  std::uint64_t latest_version() const { return versions_.empty() ? 0 : versions_.rbegin()->first; }
+
+  ActionHead& head() { return *head_; }
+  std::int64_t steps() const { return steps_; }
+
+ private:
+  void check_inputs(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor* actions) const;
+  std::shared_ptr<ActionHead> head_;
+  std::map<std::uint64_t, std::shared_ptr<ActionHead>> versions_;  // frozen copies, eval mode
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  OptimizerConfig config_;
+  std::int64_t feature_dim_;
+  at::Generator rng_;
+  std::int64_t steps_ = 0;
+};
+
+}  // namespace nexus::model
