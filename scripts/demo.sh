@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The README's main command: set-up, then the main job. For now (the transport milestone):
-# start nexusd, attach two example tenants that exchange requests with it, show what the daemon
-# sees while they run, and stop everything cleanly.
+# The README's main command: set-up, then the main job. nexusd holds one frozen, pretrained
+# backbone; four lab members' SFT jobs (different heads) attach and train at once; their
+# requests are group-batched into shared backbone passes. At the end: each job's held-out
+# result and what grouping saved.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/setup.sh" release >/dev/null
 bin=$here/build/release
+weights=$here/build/weights/backbone-tiny.safetensors
+steps=${NEXUS_DEMO_STEPS:-300}
 run=$(mktemp -d /tmp/nexus-demo-XXXXXX)
 chmod 755 "$run"
 sock=$run/nexusd.sock
@@ -16,25 +19,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "== starting nexusd on $sock"
-"$bin/daemon/nexusd" --socket "$sock" 2>"$run/nexusd.log" &
+echo "== starting nexusd: tiny backbone, pretrained weights $weights"
+"$bin/daemon/nexusd" --socket "$sock" --weights "$weights" 2>"$run/nexusd.log" &
 daemon_pid=$!
-for _ in $(seq 100); do "$bin/client/nexusctl" -s "$sock" status >/dev/null 2>&1 && break; sleep 0.05; done
+for _ in $(seq 200); do "$bin/client/nexusctl" -s "$sock" status >/dev/null 2>&1 && break; sleep 0.05; done
 
-echo "== attaching two tenants: alice (asynchronous window of 8, tensor digests) and bob (blocking waits)"
-"$bin/examples/ping_tenant" -s "$sock" -t alice -n 1000000 --window 8 --digest-every 100 --hold-ms 1500 >"$run/alice.json" &
-alice=$!
-"$bin/examples/ping_tenant" -s "$sock" -t bob -n 100000 --window 1 --wait block --hold-ms 1500 >"$run/bob.json" &
-bob=$!
-sleep 0.5
-echo "== nexusctl status (while they run)"
+echo "== four tenants train at once ($steps SFT steps of 16 demonstrations each, synthetic reach task)"
+pids=()
+for job in alice:mlp_chunk:1 bob:flow:2 carol:gaussian:3 dave:mlp_chunk:4; do
+  IFS=: read -r name head seed <<<"$job"
+  "$bin/examples/sft_tenant" -s "$sock" -t "$name" --head "$head" --seed "$seed" --steps "$steps" \
+    --report-every 50 >"$run/$name.json" &
+  pids+=($!)
+done
+sleep 3
+echo "== nexusctl status (while they train)"
 "$bin/client/nexusctl" -s "$sock" status
-wait "$alice" "$bob"
-echo "== tenant reports (every reply matched to its request)"
-cat "$run/alice.json" "$run/bob.json"
-echo "== nexusctl status (after they detached)"
-"$bin/client/nexusctl" -s "$sock" status
-kill "$daemon_pid"; wait "$daemon_pid"; daemon_pid=
-echo "== daemon log"
-cat "$run/nexusd.log"
+wait "${pids[@]}"
+echo "== results: held-out action error vs predicting the mean (improvement = baseline / error)"
+cat "$run"/alice.json "$run"/bob.json "$run"/carol.json "$run"/dave.json
+echo "== grouping"
+"$bin/client/nexusctl" -s "$sock" status | grep backbone
+"$bin/client/nexusctl" -s "$sock" status --json | python3 -c '
+import json, sys
+s = json.load(sys.stdin)
+g, r = s["model_groups"], s["model_requests"]
+print(f"one by one, the {r} requests would have needed {r} backbone passes; grouped they took {g} "
+      f"({100 * (1 - g / r):.0f}% fewer passes, {r / g:.2f} requests per pass)")'
+kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=
 echo "== done: nexusd stopped cleanly"

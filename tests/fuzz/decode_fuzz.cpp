@@ -28,6 +28,12 @@ daemon::RequestLimits limits() {
 void decode(const std::uint8_t* data, std::size_t size) {
   auto r = daemon::decode_request({data, size}, limits());
   if (auto* ok = std::get_if<daemon::DecodedRequest>(&r)) {
+    if (ok->type == wire::Body::SftStepRequest) {  // what the model service reads next
+      const auto* obs = ok->message->body_as_SftStepRequest()->obs();
+      for (const auto* t : {obs->images(), obs->tokens(), obs->token_mask(), obs->state()})
+        if (t && (t->offset() > limits().client_arena_bytes || t->bytes() > limits().client_arena_bytes - t->offset()))
+          __builtin_trap();
+    }
     if (ok->type == wire::Body::DigestRequest &&
         (ok->input.offset > limits().client_arena_bytes ||
          ok->input.bytes > limits().client_arena_bytes - ok->input.offset))
@@ -39,9 +45,18 @@ std::vector<std::uint8_t> valid_request(std::uint8_t which) {
   flatbuffers::FlatBufferBuilder fbb;
   flatbuffers::Offset<void> body;
   wire::Body type;
-  if (which % 2 == 0) {
+  auto ref = [&](std::uint64_t offset, wire::DType dtype, std::vector<std::int64_t> shape, std::uint64_t bytes) {
+    return wire::CreateTensorRef(fbb, offset, bytes, dtype, fbb.CreateVector(shape));
+  };
+  if (which % 3 == 0) {
     body = wire::CreatePingRequest(fbb, fbb.CreateVector(std::vector<std::uint8_t>(16, 1))).Union();
     type = wire::Body::PingRequest;
+  } else if (which % 3 == 2) {
+    auto obs = wire::CreateObservation(fbb, ref(0, wire::DType::UInt8, {1, 1, 8, 8, 3}, 192),
+                                       ref(256, wire::DType::Int32, {1, 4}, 16), ref(512, wire::DType::UInt8, {1, 4}, 4),
+                                       ref(1024, wire::DType::Float32, {1, 3}, 12));
+    body = wire::CreateSftStepRequest(fbb, obs, ref(2048, wire::DType::Float32, {1, 2, 2}, 16)).Union();
+    type = wire::Body::SftStepRequest;
   } else {
     auto ref = wire::CreateTensorRef(fbb, 4096, 24, wire::DType::Float32,
                                      fbb.CreateVector(std::vector<std::int64_t>{2, 3}));

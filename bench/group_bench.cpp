@@ -1,0 +1,141 @@
+// nexus-bench group: for tenants x local batch, the throughput of shared backbone passes when the
+// daemon groups the tenants' requests vs when it runs them one by one (B = 1), and the same two
+// in-process with no IPC as the ceiling; the backbone's achieved FLOP/s against a float32 GEMM
+// measured in the same run; the daemon's RSS with 8 tenants attached against 1.
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "group.hpp"
+#include "nexus/client.hpp"
+#include "processes.hpp"
+
+namespace nexus::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TenantRig {
+  std::unique_ptr<Client> client;
+  Tensor images, tokens, mask;
+};
+
+TenantRig make_tenant(const std::string& socket, const std::string& name, int batch) {
+  TenantRig r;
+  r.client = Client::attach({.socket_path = socket, .tenant = name, .client_arena_bytes = 8 << 20,
+                             .timeout = std::chrono::seconds(120)});
+  const auto bb = r.client->register_tenant({.head = {.kind = "mlp_chunk", .hidden = 32}});
+  r.images = r.client->alloc(DType::UInt8, {batch, 1, bb.image_size, bb.image_size, 3});
+  r.tokens = r.client->alloc(DType::Int32, {batch, bb.max_tokens});
+  r.mask = r.client->alloc(DType::UInt8, {batch, bb.max_tokens});
+  for (std::size_t i = 0; i < r.images.bytes(); ++i) r.images.raw()[i] = static_cast<std::uint8_t>(i * 37);
+  for (int i = 0; i < batch; ++i) tokenize("pick up the red block", r.tokens, r.mask, i);
+  return r;
+}
+
+// Samples per second of `tenants` clients each sending `rounds` predicts of `batch` samples.
+double daemon_throughput(const std::string& socket, const std::string& tag, int tenants, int batch, int rounds) {
+  std::vector<TenantRig> rigs;
+  for (int i = 0; i < tenants; ++i)
+    rigs.push_back(make_tenant(socket, tag + "-" + std::to_string(tenants) + "x" + std::to_string(batch) + "-" +
+                                           std::to_string(i), batch));
+  for (auto& r : rigs) r.client->predict({&r.images, &r.tokens, &r.mask});  // warm-up
+  std::barrier start(tenants + 1);
+  std::vector<std::thread> threads;
+  for (auto& r : rigs)
+    threads.emplace_back([&] {
+      start.arrive_and_wait();
+      for (int k = 0; k < rounds; ++k) r.client->predict({&r.images, &r.tokens, &r.mask});
+    });
+  start.arrive_and_wait();
+  const auto t0 = Clock::now();
+  for (auto& t : threads) t.join();
+  return double(tenants) * batch * rounds / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+double rss_mib(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
+}
+
+}  // namespace
+
+int run_group(const GroupOptions& o) {
+  const double peak = peak_gemm_flops();
+  const double flops_per_sample = backbone_flops_per_sample(o.backbone);
+  std::fprintf(stderr, "[group] %s backbone: %.2f GFLOP per sample; float32 GEMM peak here %.1f GFLOP/s\n",
+               o.backbone.c_str(), flops_per_sample / 1e9, peak / 1e9);
+
+  test::Daemon grouped({"--backbone", o.backbone, "--log-level", "warn"}, o.nexusd);
+  test::Daemon serial({"--backbone", o.backbone, "--batch-samples", "1", "--log-level", "warn"}, o.nexusd);
+
+  // Memory: one backbone copy however many tenants attach.
+  double rss1 = 0, rss8 = 0;
+  {
+    std::vector<TenantRig> rigs;
+    for (int i = 0; i < 8; ++i) {
+      rigs.push_back(make_tenant(grouped.socket(), "rss-" + std::to_string(i), 1));
+      rigs.back().client->predict({&rigs.back().images, &rigs.back().tokens, &rigs.back().mask});
+      if (i == 0) rss1 = rss_mib(grouped.pid());
+    }
+    rss8 = rss_mib(grouped.pid());
+  }
+  std::fprintf(stderr, "[group] daemon RSS: %.0f MiB with 1 tenant, %.0f MiB with 8\n", rss1, rss8);
+
+  nlohmann::json cells = nlohmann::json::array();
+  std::ofstream csv(o.csv);
+  csv << "tenants,batch,daemon_grouped_sps,daemon_serial_sps,speedup_daemon,inprocess_grouped_sps,"
+         "inprocess_serial_sps,speedup_inprocess\n";
+  // efficiency: the daemon's grouped speedup as a share of the in-process one (target >= 95%).
+  std::printf("%7s %5s | %12s %12s %8s | %12s %12s %8s | %10s\n", "tenants", "batch", "daemon grp/s", "daemon ser/s",
+              "speedup", "inproc grp/s", "inproc ser/s", "speedup", "efficiency");
+  double speedup_daemon_8x1 = 0, speedup_inproc_8x1 = 0, best_sps = 0;
+  for (int t : o.tenants)
+    for (int b : o.batches) {
+      std::fprintf(stderr, "[group] %d tenants x batch %d ...\n", t, b);
+      const double dg = daemon_throughput(grouped.socket(), "g", t, b, o.rounds);
+      const double ds = daemon_throughput(serial.socket(), "s", t, b, o.rounds);
+      const auto ip = inprocess_throughput(o.backbone, t, b, o.rounds);
+      const double sd = dg / ds, si = ip.grouped_sps / ip.serial_sps;
+      best_sps = std::max(best_sps, ip.grouped_sps);
+      if (t == 8 && b == 1) {
+        speedup_daemon_8x1 = sd;
+        speedup_inproc_8x1 = si;
+      }
+      std::printf("%7d %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %9.0f%%\n", t, b, dg, ds, sd, ip.grouped_sps,
+                  ip.serial_sps, si, 100 * sd / si);
+      csv << t << "," << b << "," << dg << "," << ds << "," << sd << "," << ip.grouped_sps << "," << ip.serial_sps
+          << "," << si << "\n";
+      cells.push_back({{"tenants", t}, {"batch", b}, {"speedup_daemon", sd}, {"speedup_inprocess", si},
+                       {"daemon_grouped_sps", dg}, {"inprocess_grouped_sps", ip.grouped_sps}});
+    }
+  csv.close();
+  const double flops_fraction = best_sps * flops_per_sample / peak;
+  std::printf("backbone achieved %.1f GFLOP/s at best (in-process, grouped) = %.0f%% of the GEMM peak\n",
+              best_sps * flops_per_sample / 1e9, 100 * flops_fraction);
+  std::printf("daemon RSS with 8 tenants / with 1: %.3f\n", rss8 / rss1);
+  std::printf("wrote %s", o.csv.c_str());
+  if (!o.python.empty() && !o.png.empty()) {
+    const std::string cmd = o.python + " " + o.plot_script + " " + o.csv + " " + o.png;
+    if (std::system(cmd.c_str()) == 0) std::printf(" and %s", o.png.c_str());
+  }
+  std::printf("\n");
+  if (o.json) {
+    nlohmann::json j = {{"backbone", o.backbone},
+                        {"speedup_daemon", speedup_daemon_8x1},
+                        {"speedup_inprocess", speedup_inproc_8x1},
+                        {"daemon_share_of_inprocess_speedup", speedup_daemon_8x1 / speedup_inproc_8x1},
+                        {"flops_fraction_of_peak", flops_fraction},
+                        {"rss_ratio_8_vs_1", rss8 / rss1},
+                        {"cells", cells}};
+    std::printf("%s\n", j.dump().c_str());
+  }
+  return 0;
+}
+
+}  // namespace nexus::bench

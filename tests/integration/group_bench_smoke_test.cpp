@@ -1,0 +1,33 @@
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "processes.hpp"
+
+using namespace nexus::test;
+
+TEST_CASE("nexus-bench group --json ends with its figures, and writes CSV and PNG", "[integration][model][bench]") {
+  TempDir out;
+  const std::string csv = out.path + "/group.csv", png = out.path + "/group.png";
+  const pid_t b = spawn({NEXUS_TEST_BENCH, "group", "--backbone", "tiny", "--tenants", "1,8", "--batch", "1",
+                         "--rounds", "1", "--csv", csv, "--png", png, "--json"},
+                        {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
+  INFO(read_file(out.path + "/err"));
+  REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
+  std::istringstream lines(read_file(out.path + "/out"));
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  const auto j = nlohmann::json::parse(last);
+  for (const char* key : {"speedup_daemon", "speedup_inprocess", "flops_fraction_of_peak", "rss_ratio_8_vs_1"}) {
+    INFO(key);
+    REQUIRE(j.contains(key));
+    CHECK(j[key].get<double>() > 0);
+  }
+  CHECK(j["cells"].size() == 2);
+  // One backbone copy: eight tenants cost the daemon little more memory than one.
+  CHECK(j["rss_ratio_8_vs_1"].get<double>() < 1.2);
+  CHECK(read_file(csv).find("tenants,batch") == 0);
+  CHECK(read_file(png).substr(1, 3) == "PNG");
+}

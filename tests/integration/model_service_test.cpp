@@ -1,0 +1,133 @@
+// The model service through real processes: tenants attach, register heads on the resident
+// (pretrained tiny) backbone, and train concurrently; their requests are group-batched.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "nexus/client.hpp"
+#include "processes.hpp"
+
+using namespace nexus::test;
+
+namespace {
+
+std::string weights() {
+  const std::string path = std::string(NEXUS_TEST_WEIGHTS_DIR) + "/backbone-tiny.safetensors";
+  if (!std::filesystem::exists(path)) FAIL(path << " is missing: scripts/setup.sh pretrains it");
+  return path;
+}
+
+struct Job {
+  std::string name, head;
+  std::uint64_t seed;
+  int nan_every = 0;
+};
+
+// Runs the jobs at once against one fresh daemon; returns each job's JSON report by name.
+std::map<std::string, nlohmann::json> run_jobs(const std::vector<Job>& jobs, int steps,
+                                               nexus::DaemonStatus* status_after = nullptr) {
+  Daemon daemon({"--weights", weights(), "--log-level", "warn"});
+  TempDir out;
+  std::vector<pid_t> pids;
+  for (const auto& j : jobs)
+    pids.push_back(spawn({NEXUS_TEST_SFT_TENANT, "--socket", daemon.socket(), "--tenant", j.name, "--head", j.head,
+                          "--seed", std::to_string(j.seed), "--steps", std::to_string(steps), "--nan-every",
+                          std::to_string(j.nan_every), "--report-every", "0"},
+                         {.stdout_path = out.path + "/" + j.name + ".json", .stderr_path = out.path + "/" + j.name + ".err"}));
+  std::map<std::string, nlohmann::json> reports;
+  for (std::size_t i = 0; i < jobs.size(); ++i) {
+    const auto rc = wait_exit(pids[i], std::chrono::seconds(240));
+    INFO(jobs[i].name << ": " << read_file(out.path + "/" + jobs[i].name + ".err"));
+    REQUIRE(rc == 0);
+    reports[jobs[i].name] = nlohmann::json::parse(read_file(out.path + "/" + jobs[i].name + ".json"));
+  }
+  if (status_after) *status_after = nexus::query_status(daemon.socket());
+  return reports;
+}
+
+}  // namespace
+
+TEST_CASE("four tenants with different heads train at once through one daemon, group-batched",
+          "[integration][model]") {
+  nexus::DaemonStatus status;
+  const auto r = run_jobs({{"alice", "mlp_chunk", 1}, {"bob", "flow", 2}, {"carol", "gaussian", 3}, {"dave", "mlp_chunk", 4}},
+                          300, &status);
+  for (const auto& [name, j] : r) {
+    INFO(name << ": " << j.dump());
+    CHECK(j["last_loss"].get<double>() < j["first_loss"].get<double>() / 2);
+    CHECK(j["version"] == 1);
+  }
+  // Direct regression heads learn the task within 300 steps of 16 demonstrations.
+  for (const char* name : {"alice", "carol", "dave"}) {
+    INFO(name << ": " << r.at(name).dump());
+    CHECK(r.at(name)["improvement"].get<double>() >= 5.0);
+  }
+  // One backbone pass served several tenants' requests.
+  INFO("groups " << status.model_groups << ", requests " << status.model_requests);
+  CHECK(status.model_requests >= 4 * 300);
+  CHECK(double(status.model_requests) / double(status.model_groups) > 1.5);
+}
+
+TEST_CASE("a tenant sending NaN batches gets typed errors and changes nobody else's training",
+          "[integration][model][isolation]") {
+  const std::vector<Job> good = {{"good-1", "mlp_chunk", 1}, {"good-2", "gaussian", 2}};
+  auto with_bad = good;
+  with_bad.push_back({"bad", "mlp_chunk", 3, /*nan_every=*/10});
+  const auto a = run_jobs(good, 100);
+  const auto b = run_jobs(with_bad, 100);
+  CHECK(b.at("bad")["bad_batches"] == 10);
+  for (const auto& j : good) {
+    INFO(j.name << " alone: " << a.at(j.name).dump() << "\nwith the bad tenant: " << b.at(j.name).dump());
+    // Default mode: group composition changes the backbone's float sums slightly, nothing more.
+    for (const char* key : {"first_loss", "last_loss", "heldout_l1"}) {
+      const double x = a.at(j.name)[key], y = b.at(j.name)[key];
+      CHECK(std::abs(x - y) <= 1e-3 * std::abs(x) + 1e-6);
+    }
+  }
+}
+
+TEST_CASE("model requests fail with typed errors: unregistered, bad batch, unknown version, bad head",
+          "[integration][model]") {
+  Daemon daemon({"--weights", weights(), "--log-level", "warn"});
+  auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "careful"});
+  auto img = c->alloc(nexus::DType::UInt8, {2, 1, 64, 64, 3});
+  auto tok = c->alloc(nexus::DType::Int32, {2, 32});
+  auto mask = c->alloc(nexus::DType::UInt8, {2, 32});
+  auto act = c->alloc(nexus::DType::Float32, {2, 1, 2});
+  nexus::tokenize("red", tok, mask, 0);
+  nexus::tokenize("blue", tok, mask, 1);
+  const nexus::Observation obs{&img, &tok, &mask};
+  auto code_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const nexus::Error& e) {
+      return e.code();
+    }
+    return nexus::ErrorCode::None;
+  };
+  CHECK(code_of([&] { c->sft_step(obs, act); }) == nexus::ErrorCode::NotRegistered);
+  CHECK(code_of([&] { c->register_tenant({.head = {.kind = "transformer"}}); }) == nexus::ErrorCode::BadMessage);
+  CHECK(code_of([&] { c->register_tenant({.views = 9}); }) == nexus::ErrorCode::BadMessage);
+  const auto info = c->register_tenant({.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 32}, .seed = 4});
+  CHECK(info.name == "tiny");
+  CHECK(info.image_size == 64);
+  CHECK(info.max_tokens == 32);
+
+  auto wrong = c->alloc(nexus::DType::Float32, {2, 3, 2});  // chunk 3, registered 1
+  CHECK(code_of([&] { c->sft_step(obs, wrong); }) == nexus::ErrorCode::BadBatch);
+  auto small_img = c->alloc(nexus::DType::UInt8, {2, 1, 32, 32, 3});
+  CHECK(code_of([&] { c->sft_step({&small_img, &tok, &mask}, act); }) == nexus::ErrorCode::BadBatch);
+  CHECK(code_of([&] { c->predict(obs, 99); }) == nexus::ErrorCode::UnknownVersion);
+
+  // A published version is immutable: training on changes the live head, not version 1.
+  act.as<float>()[0] = 0.3f;
+  c->sft_step(obs, act);
+  const auto v1 = c->publish();
+  CHECK(v1 == 1);
+  const auto before = c->predict(obs, v1).actions;
+  for (int i = 0; i < 20; ++i) c->sft_step(obs, act);
+  CHECK(c->predict(obs, v1).actions == before);
+  CHECK(c->predict(obs).actions != before);
+  CHECK(c->publish() == 2);
+}
