@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   std::uint32_t max_tenants = 0;
   std::uint64_t max_segment_mib = 0;
   bool version = false;
-  std::string backbone, weights;
+  std::string backbone, weights, state_dir;
   std::uint32_t batch_samples = 0;
   long batch_wait_us = -1;
   app.add_option("-c,--config", config_path, "TOML config file (see systemd/nexusd.toml)");
@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.add_option("--backbone", backbone, "resident backbone: tiny, small, or none (transport only)");
   app.add_option("--weights", weights, "backbone weights (.safetensors); default: seeded init");
+  app.add_option("--state-dir", state_dir, "where checkpoints are kept (default /var/lib/nexus)");
   app.add_option("--batch-samples", batch_samples, "B: a group flushes at this many samples");
   app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");
   app.add_flag("--version", version, "print the version and exit");
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   if (!log_level.empty()) config.log_level = log_level;
   if (!backbone.empty()) config.backbone = backbone;
   if (!weights.empty()) config.weights = weights;
+  if (!state_dir.empty()) config.state_dir = state_dir;
   if (batch_samples > 0) config.batch_samples = batch_samples;
   if (batch_wait_us >= 0) config.batch_wait = std::chrono::microseconds(batch_wait_us);
   nexus::daemon::init_logging(config.log_level);
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
       mc.backbone = config.backbone;
       mc.weights = config.weights;
       mc.batch = {config.batch_samples, config.batch_wait};
+      mc.state_dir = config.state_dir;
       model = std::make_unique<nexus::daemon::ModelService>(mc, [&reactor](std::uint64_t session, std::vector<std::uint8_t> reply) {
         reactor->post_completion(session, std::move(reply));
       });

@@ -110,9 +110,15 @@ Prediction decode_reply(const std::vector<std::uint8_t>& bytes) {
   return p;
 }
 
+// publish, save and load all answer with one number.
 template <>
 std::uint64_t decode_reply(const std::vector<std::uint8_t>& bytes) {
-  return reply_message(bytes, wire::Body::PublishReply)->body_as_PublishReply()->version();
+  const auto* m = wire::GetMessage(bytes.data());
+  switch (m->body() ? m->body_type() : wire::Body::NONE) {
+    case wire::Body::SaveReply: return m->body_as_SaveReply()->step();
+    case wire::Body::LoadReply: return m->body_as_LoadReply()->step();
+    default: return reply_message(bytes, wire::Body::PublishReply)->body_as_PublishReply()->version();
+  }
 }
 
 }  // namespace

@@ -75,4 +75,18 @@ std::uint64_t Client::publish() {
   return Future<std::uint64_t>(state_.get(), id).get();
 }
 
+std::uint64_t Client::save(const std::string& tag) {
+  const auto id = state_->submit(wire::Body::SaveRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateSaveRequest(fbb, fbb.CreateString(tag)).Union();
+  });
+  return Future<std::uint64_t>(state_.get(), id).get();
+}
+
+std::uint64_t Client::load(const std::string& tag) {
+  const auto id = state_->submit(wire::Body::LoadRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateLoadRequest(fbb, fbb.CreateString(tag)).Union();
+  });
+  return Future<std::uint64_t>(state_.get(), id).get();
+}
+
 }  // namespace nexus

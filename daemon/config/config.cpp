@@ -30,6 +30,7 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   const auto m = t["model"];
   if (auto v = m["backbone"].value<std::string>()) c.backbone = *v;
   if (auto v = m["weights"].value<std::string>()) c.weights = *v;
+  if (auto v = m["state_dir"].value<std::string>()) c.state_dir = *v;
   if (auto v = m["batch_samples"].value<std::int64_t>())
     c.batch_samples = static_cast<std::uint32_t>(positive("batch_samples", *v));
   if (auto v = m["batch_wait_us"].value<std::int64_t>()) {

@@ -18,6 +18,7 @@ struct DaemonConfig {
   // Model service: "none" runs the transport alone.
   std::string backbone = "tiny";
   std::string weights;                          // safetensors of the backbone; empty: seeded init
+  std::string state_dir = "/var/lib/nexus";     // checkpoints
   std::uint32_t batch_samples = 64;             // B: a group flushes at this many samples
   std::chrono::microseconds batch_wait{2000};   // T: ... or when its oldest request waited this long
 };

@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
@@ -111,9 +112,47 @@ struct ModelService::Impl {
     if (!w.alive->load()) return;
     const auto* msg = wire::GetMessage(w.message.data());
     if (w.type == wire::Body::RegisterRequest) return register_tenant(w, *msg->body_as_RegisterRequest());
+    if (w.type == wire::Body::LoadRequest) return load(w, msg->body_as_LoadRequest()->tag()->str());
     auto it = slots.find(w.tenant);
-    if (it == slots.end()) return fail(w, wire::ErrorCode::NotRegistered, "register the tenant before publishing");
+    if (it == slots.end()) return fail(w, wire::ErrorCode::NotRegistered, "register the tenant first");
+    if (w.type == wire::Body::SaveRequest) return save(w, it->second, msg->body_as_SaveRequest()->tag()->str());
     reply(w, replies.published(w.request_id, it->second.trainer->publish()));
+  }
+
+  // Tags are checked by the decoder ([A-Za-z0-9._-], no ".."); tenant names by the registry.
+  std::filesystem::path checkpoint_path(const std::string& tenant, const std::string& tag) const {
+    return std::filesystem::path(config.state_dir) / "checkpoints" / tenant / tag;
+  }
+
+  void save(ModelWork& w, Slot& slot, const std::string& tag) {
+    const auto path = checkpoint_path(w.tenant, tag);
+    try {
+      std::filesystem::create_directories(path.parent_path());
+      slot.trainer->save(path.string(), {{"tenant", w.tenant}, {"views", slot.views}});
+    } catch (const std::exception& e) {
+      return fail(w, wire::ErrorCode::Internal, std::string("cannot save checkpoint: ") + e.what());
+    }
+    log_text(LogLevel::Info, "checkpoint_saved", "tenant=" + w.tenant + " path=" + path.string());
+    reply(w, replies.saved(w.request_id, static_cast<std::uint64_t>(slot.trainer->steps())));
+  }
+
+  void load(ModelWork& w, const std::string& tag) {
+    const auto path = checkpoint_path(w.tenant, tag);
+    if (!std::filesystem::exists(path.string() + ".safetensors"))
+      return fail(w, wire::ErrorCode::BadMessage, "no checkpoint '" + tag + "' for this tenant");
+    try {
+      auto loaded = model::TenantSlot::load(path.string(), backbone->config().dim);
+      const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
+      const auto step = loaded.slot->steps();
+      slots[w.tenant] = Slot{std::move(loaded.slot), views};
+      {
+        std::lock_guard lk(mu);
+        active.insert(w.tenant);
+      }
+      reply(w, replies.loaded(w.request_id, static_cast<std::uint64_t>(step)));
+    } catch (const std::exception& e) {
+      fail(w, wire::ErrorCode::BadMessage, e.what());
+    }
   }
 
   void register_tenant(ModelWork& w, const wire::RegisterRequest& r) {

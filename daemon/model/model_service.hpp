@@ -28,6 +28,7 @@ struct ModelConfig {
   std::string weights;          // safetensors; empty: the seeded initialisation (logged as such)
   sched::BatchPolicy batch;
   int torch_threads = 0;        // 0: all cores
+  std::string state_dir = "/var/lib/nexus";  // checkpoints under <state_dir>/checkpoints/<tenant>/
 };
 
 class ModelService : public ModelPort {

@@ -2,6 +2,11 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <cstring>
+#include <fstream>
+
+#include "daemon/model/safetensors.hpp"
+
 namespace nexus::model {
 
 TenantSlot::TenantSlot(const HeadSpec& spec, const OptimizerConfig& opt, std::int64_t feature_dim,
@@ -90,6 +95,107 @@ std::uint64_t TenantSlot::publish() {
   const std::uint64_t v = latest_version() + 1;
   versions_.emplace(v, std::move(copy));
   return v;
+}
+
+namespace {
+
+SafeTensor to_safetensor(const torch::Tensor& t) {
+  auto c = t.detach().to(torch::kCPU).contiguous();
+  SafeTensor st;
+  if (c.scalar_type() == torch::kFloat32) st.dtype = "F32";
+  else if (c.scalar_type() == torch::kUInt8) st.dtype = "U8";
+  else throw std::runtime_error("checkpoint: unsupported tensor type");
+  st.shape = c.sizes().vec();
+  st.data.resize(static_cast<std::size_t>(c.nbytes()));
+  std::memcpy(st.data.data(), c.data_ptr(), st.data.size());
+  return st;
+}
+
+torch::Tensor from_safetensor(const SafeTensor& st, const std::vector<std::int64_t>& shape, const char* dtype,
+                              const std::string& what) {
+  if (st.dtype != dtype || st.shape != shape)
+    throw std::runtime_error("checkpoint: " + what + " has another dtype or shape than this head's");
+  const auto type = std::string(dtype) == "F32" ? torch::kFloat32 : torch::kUInt8;
+  return torch::from_blob(const_cast<std::uint8_t*>(st.data.data()), shape, type).clone();
+}
+
+}  // namespace
+
+void TenantSlot::save(const std::string& path, const nlohmann::json& extra) const {
+  SafeTensorsFile f;
+  auto params = head_->named_parameters();
+  auto& state = optimizer_->state();
+  std::int64_t adam_step = 0;
+  for (const auto& item : params) {
+    f.tensors.emplace("head." + item.key(), to_safetensor(item.value()));
+    auto it = state.find(item.value().unsafeGetTensorImpl());
+    if (it == state.end()) continue;  // no step taken yet
+    const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    f.tensors.emplace("adamw.exp_avg." + item.key(), to_safetensor(st.exp_avg()));
+    f.tensors.emplace("adamw.exp_avg_sq." + item.key(), to_safetensor(st.exp_avg_sq()));
+    adam_step = st.step();
+  }
+  f.tensors.emplace("rng", to_safetensor(rng_.get_state()));
+  const auto& h = head_->spec();
+  nlohmann::json manifest = {
+      {"format", "nexus-slot-v1"},
+      {"head", {{"kind", h.kind}, {"state_dim", h.state_dim}, {"action_dim", h.action_dim}, {"chunk", h.chunk},
+                {"hidden", h.hidden}, {"flow_steps", h.flow_steps}, {"flow_noise", h.flow_noise}}},
+      {"optimizer", {{"lr", config_.lr}, {"beta1", config_.beta1}, {"beta2", config_.beta2},
+                     {"weight_decay", config_.weight_decay}, {"grad_clip", config_.grad_clip}}},
+      {"steps", steps_},
+      {"adamw_step", adam_step},
+      {"extra", extra}};
+  f.metadata["nexus.manifest"] = manifest.dump();
+  write_safetensors(path + ".safetensors", f);
+  std::ofstream(path + ".json") << manifest.dump(2) << "\n";
+}
+
+TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t feature_dim) {
+  const SafeTensorsFile f = read_safetensors(path + ".safetensors");
+  auto m = f.metadata.find("nexus.manifest");
+  if (m == f.metadata.end()) throw std::runtime_error("checkpoint " + path + ": no manifest");
+  const auto manifest = nlohmann::json::parse(m->second, nullptr, false);
+  if (manifest.is_discarded() || manifest.value("format", "") != "nexus-slot-v1")
+    throw std::runtime_error("checkpoint " + path + ": not a nexus-slot-v1 manifest");
+  try {
+    const auto& h = manifest.at("head");
+    HeadSpec spec{h.at("kind"), h.at("state_dim"), h.at("action_dim"), h.at("chunk"),
+                  h.at("hidden"), h.at("flow_steps"), h.at("flow_noise")};
+    const auto& o = manifest.at("optimizer");
+    OptimizerConfig opt{o.at("lr"), o.at("beta1"), o.at("beta2"), o.at("weight_decay"), o.at("grad_clip")};
+    auto slot = std::make_unique<TenantSlot>(spec, opt, feature_dim, 0);
+    torch::NoGradGuard no_grad;
+    auto& state = slot->optimizer_->state();
+    const std::int64_t adam_step = manifest.at("adamw_step");
+    for (auto& item : slot->head_->named_parameters()) {
+      auto get = [&](const std::string& name) -> const SafeTensor& {
+        auto it = f.tensors.find(name);
+        if (it == f.tensors.end()) throw std::runtime_error("checkpoint " + path + ": no tensor " + name);
+        return it->second;
+      };
+      const auto shape = item.value().sizes().vec();
+      item.value().copy_(from_safetensor(get("head." + item.key()), shape, "F32", item.key()));
+      if (adam_step > 0) {
+        auto st = std::make_unique<torch::optim::AdamWParamState>();
+        st->step(adam_step);
+        st->exp_avg(from_safetensor(get("adamw.exp_avg." + item.key()), shape, "F32", item.key()));
+        st->exp_avg_sq(from_safetensor(get("adamw.exp_avg_sq." + item.key()), shape, "F32", item.key()));
+        state[item.value().unsafeGetTensorImpl()] = std::move(st);
+      }
+    }
+    auto rng = f.tensors.find("rng");
+    if (rng == f.tensors.end()) throw std::runtime_error("checkpoint " + path + ": no rng state");
+    slot->rng_.set_state(from_safetensor(rng->second, rng->second.shape, "U8", "rng"));
+    slot->steps_ = manifest.at("steps");
+    return {std::move(slot), manifest};
+  } catch (const nlohmann::json::exception& e) {
+    throw std::runtime_error("checkpoint " + path + ": bad manifest (" + e.what() + ")");
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error("checkpoint " + path + ": " + e.what());
+  } catch (const c10::Error& e) {
+    throw std::runtime_error("checkpoint " + path + ": " + e.what_without_backtrace());
+  }
 }
 
 }  // namespace nexus::model

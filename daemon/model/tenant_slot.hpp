@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -54,6 +55,13 @@ class TenantSlot {
   std::uint64_t publish();
   std::uint64_t latest_version() const { return versions_.empty() ? 0 : versions_.rbegin()->first; }
 
+  // Checkpoint: `<path>.safetensors` (head parameters, AdamW moments, RNG state) and
+  // `<path>.json` (the manifest: head spec, optimizer config, step, caller's extra fields).
+  // Published versions are not part of it. load() throws std::runtime_error on a bad file.
+  void save(const std::string& path, const nlohmann::json& extra = {}) const;
+  struct Loaded;
+  static Loaded load(const std::string& path, std::int64_t feature_dim);
+
   ActionHead& head() { return *head_; }
   std::int64_t steps() const { return steps_; }
 
@@ -66,6 +74,11 @@ class TenantSlot {
   std::int64_t feature_dim_;
   at::Generator rng_;
   std::int64_t steps_ = 0;
+};
+
+struct TenantSlot::Loaded {
+  std::unique_ptr<TenantSlot> slot;
+  nlohmann::json manifest;
 };
 
 }  // namespace nexus::model

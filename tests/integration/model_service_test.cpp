@@ -131,3 +131,62 @@ TEST_CASE("model requests fail with typed errors: unregistered, bad batch, unkno
   CHECK(c->predict(obs).actions != before);
   CHECK(c->publish() == 2);
 }
+
+TEST_CASE("a checkpoint reloaded into a fresh slot gives the uninterrupted run's next-step loss",
+          "[integration][model][checkpoint]") {
+  TempDir state;
+  Daemon daemon({"--weights", weights(), "--state-dir", state.path, "--log-level", "warn"});
+  for (const std::string kind : {"mlp_chunk", "flow"}) {  // flow also draws from the slot's RNG
+    const std::string name = "ckpt-" + kind;
+    auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = name});
+    c->register_tenant({.head = {.kind = kind, .action_dim = 2, .chunk = 1, .hidden = 32, .flow_noise = 0.1}, .seed = 8});
+    auto img = c->alloc(nexus::DType::UInt8, {4, 1, 64, 64, 3});
+    auto tok = c->alloc(nexus::DType::Int32, {4, 32});
+    auto mask = c->alloc(nexus::DType::UInt8, {4, 32});
+    auto act = c->alloc(nexus::DType::Float32, {4, 1, 2});
+    auto batch = [&](int step) {
+      for (std::size_t i = 0; i < img.bytes(); ++i) img.raw()[i] = static_cast<std::uint8_t>(i * 31 + step * 7);
+      for (int r = 0; r < 4; ++r) nexus::tokenize(r % 2 ? "the red one" : "blue", tok, mask, r);
+      for (int i = 0; i < 8; ++i) act.as<float>()[i] = 0.05f * static_cast<float>((i + step) % 5);
+    };
+    const nexus::Observation obs{&img, &tok, &mask};
+    for (int s = 0; s < 10; ++s) {
+      batch(s);
+      c->sft_step(obs, act);
+    }
+    CHECK(c->save("after-10") == 10);
+    batch(10);
+    const auto uninterrupted = c->sft_step(obs, act);
+    for (int s = 11; s < 15; ++s) {  // wander off, then come back
+      batch(s);
+      c->sft_step(obs, act);
+    }
+    c.reset();  // detach; a fresh attachment loads the checkpoint into a fresh slot
+    auto d = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = name});
+    CHECK(d->load("after-10") == 10);
+    auto img2 = d->alloc(nexus::DType::UInt8, {4, 1, 64, 64, 3});
+    auto tok2 = d->alloc(nexus::DType::Int32, {4, 32});
+    auto mask2 = d->alloc(nexus::DType::UInt8, {4, 32});
+    auto act2 = d->alloc(nexus::DType::Float32, {4, 1, 2});
+    for (std::size_t i = 0; i < img2.bytes(); ++i) img2.raw()[i] = static_cast<std::uint8_t>(i * 31 + 10 * 7);
+    for (int r = 0; r < 4; ++r) nexus::tokenize(r % 2 ? "the red one" : "blue", tok2, mask2, r);
+    for (int i = 0; i < 8; ++i) act2.as<float>()[i] = 0.05f * static_cast<float>((i + 10) % 5);
+    const auto resumed = d->sft_step({&img2, &tok2, &mask2}, act2);
+    INFO(kind);
+    CHECK(resumed.step == uninterrupted.step);
+    CHECK(resumed.loss == uninterrupted.loss);  // bitwise: same features, parameters, moments, RNG
+    CHECK(std::filesystem::exists(state.path + "/checkpoints/" + name + "/after-10.json"));
+    try {
+      d->load("never-saved");
+      FAIL("loaded a checkpoint that does not exist");
+    } catch (const nexus::Error& e) {
+      CHECK(e.code() == nexus::ErrorCode::BadMessage);
+    }
+    try {
+      d->save("../escape");
+      FAIL("a tag with a path in it was accepted");
+    } catch (const nexus::Error& e) {
+      CHECK(e.code() == nexus::ErrorCode::BadMessage);
+    }
+  }
+}

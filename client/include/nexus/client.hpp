@@ -104,6 +104,11 @@ class Client {
   Prediction predict(const Observation& obs, std::uint64_t version = 0);
   // Freezes the head's current parameters as a new version; returns it.
   std::uint64_t publish();
+  // Checkpoints in the daemon's state directory, under this tenant, by tag ([A-Za-z0-9._-]).
+  // save() returns the step saved; load() replaces the slot (head, optimizer, RNG, step) and
+  // returns its step.
+  std::uint64_t save(const std::string& tag);
+  std::uint64_t load(const std::string& tag);
 
  private:
   explicit Client(std::unique_ptr<detail::ClientState> state);

@@ -60,4 +60,14 @@ std::span<const std::uint8_t> ReplyBuilder::published(std::uint64_t request_id, 
   return finish(request_id, wire::Body::PublishReply, wire::CreatePublishReply(fbb_, version).Union());
 }
 
+std::span<const std::uint8_t> ReplyBuilder::saved(std::uint64_t request_id, std::uint64_t step) {
+  fbb_.Clear();
+  return finish(request_id, wire::Body::SaveReply, wire::CreateSaveReply(fbb_, step).Union());
+}
+
+std::span<const std::uint8_t> ReplyBuilder::loaded(std::uint64_t request_id, std::uint64_t step) {
+  fbb_.Clear();
+  return finish(request_id, wire::Body::LoadReply, wire::CreateLoadReply(fbb_, step).Union());
+}
+
 }  // namespace nexus::daemon

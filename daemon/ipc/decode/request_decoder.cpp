@@ -61,6 +61,17 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       return req;
     case wire::Body::PublishRequest:
       return req;
+    case wire::Body::SaveRequest:
+    case wire::Body::LoadRequest: {
+      const auto* tag = msg->body_type() == wire::Body::SaveRequest ? msg->body_as_SaveRequest()->tag()
+                                                                    : msg->body_as_LoadRequest()->tag();
+      const std::string_view t = tag ? tag->string_view() : std::string_view{};
+      const bool ok = !t.empty() && t.size() <= 64 && t.find("..") == std::string_view::npos &&
+                      t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+                          std::string_view::npos;
+      if (!ok) return error(id, wire::ErrorCode::BadMessage, "checkpoint tag must be 1-64 of [A-Za-z0-9._-]");
+      return req;
+    }
     case wire::Body::SftStepRequest:
     case wire::Body::PredictRequest: {
       const bool sft = msg->body_type() == wire::Body::SftStepRequest;
