@@ -13,7 +13,8 @@
 
 namespace {
 
-constexpr int kChunk = 4, kActionDim = 2;
+constexpr int kActionDim = 2;
+int kChunk = 4;  // actions per demonstration chunk (--chunk)
 
 struct Batch {
   nexus::Tensor images, tokens, mask, actions;
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   app.add_option("--batch", batch, "demonstrations per step");
   app.add_option("--lr", spec.optimizer.lr, "AdamW learning rate");
   app.add_option("--seed", spec.seed, "head initialisation and data seed");
+  app.add_option("--chunk", kChunk, "actions per chunk (the tenant's data schema)")->check(CLI::Range(1, 64));
   app.add_option("--heldout", heldout, "held-out scenes for the final evaluation");
   app.add_option("--nan-every", nan_every, "poison every Nth batch with NaN actions (isolation tests)");
   app.add_option("--report-every", report_every, "progress line every N steps (0: none)");
@@ -68,6 +70,7 @@ int main(int argc, char** argv) {
     nexus::synth::SceneGenerator train(spec.seed, {.image_size = bb.image_size});
     Batch b = alloc_batch(*client, bb, batch);
     double first_loss = NAN, last_loss = NAN;
+    std::string losses;  // the whole trajectory, for equivalence checks
     std::vector<double> mean_action(kChunk * kActionDim, 0.0);
     int bad_batches = 0, samples = 0;
     for (int step = 1; step <= steps; ++step) {
@@ -90,6 +93,9 @@ int main(int argc, char** argv) {
       const auto r = client->sft_step(b.obs(), b.actions);
       if (std::isnan(first_loss)) first_loss = r.loss;
       last_loss = r.loss;
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.17g", losses.empty() ? "" : ",", r.loss);
+      losses += buf;
       if (report_every > 0 && (step % report_every == 0 || step == steps))
         std::fprintf(stderr, "[%s %s] step %d/%d loss %.4f\n", opt.tenant.c_str(), spec.head.kind.c_str(), step,
                      steps, r.loss);
@@ -111,9 +117,10 @@ int main(int argc, char** argv) {
     err /= static_cast<double>(target.size());
     base /= static_cast<double>(target.size());
     std::printf("{\"tenant\":\"%s\",\"head\":\"%s\",\"steps\":%d,\"first_loss\":%.6f,\"last_loss\":%.6f,"
-                "\"heldout_l1\":%.6f,\"baseline_l1\":%.6f,\"improvement\":%.3f,\"bad_batches\":%d,\"version\":%llu}\n",
+                "\"heldout_l1\":%.6f,\"baseline_l1\":%.6f,\"improvement\":%.3f,\"bad_batches\":%d,\"version\":%llu,"
+                "\"losses\":[%s]}\n",
                 opt.tenant.c_str(), spec.head.kind.c_str(), steps, first_loss, last_loss, err, base, base / err,
-                bad_batches, static_cast<unsigned long long>(version));
+                bad_batches, static_cast<unsigned long long>(version), losses.c_str());
   } catch (const nexus::Error& e) {
     std::fprintf(stderr, "sft_tenant %s: %s\n", opt.tenant.c_str(), e.what());
     std::printf("{\"tenant\":\"%s\",\"error\":\"%s\"}\n", opt.tenant.c_str(), nexus::error_code_name(e.code()));
