@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-tenants", max_tenants, "tenants attached at once");
   app.add_option("--max-segment-mib", max_segment_mib, "per-tenant segment cap in MiB");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  app.add_option("--backbone", backbone, "resident backbone: tiny, small, or none (transport only)");
-  app.add_option("--weights", weights, "backbone weights (.safetensors); default: seeded init");
+  app.add_option("--backbone", backbone, "resident backbone: tiny, small, torchscript (a user module), or none");
+  app.add_option("--weights", weights, "tiny/small: weights (.safetensors; default: seeded init); torchscript: the .pt file");
   app.add_option("--state-dir", state_dir, "where checkpoints are kept (default /var/lib/nexus)");
   app.add_option("--batch-samples", batch_samples, "B: a group flushes at this many samples");
   app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");

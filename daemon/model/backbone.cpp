@@ -86,6 +86,30 @@ VLAFeature VLABackboneImpl::forward(const torch::Tensor& images, const torch::Te
   return VLAFeature{seq, seq.select(1, 0), mask};
 }
 
+namespace {
+
+class BuiltinBackbone : public Backbone {
+ public:
+  explicit BuiltinBackbone(VLABackbone b) : b_(std::move(b)) {}
+  VLAFeature forward(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask) override {
+    torch::NoGradGuard no_grad;
+    return b_->forward(images, tokens, mask);
+  }
+  const BackboneConfig& config() const override { return b_->config(); }
+
+ private:
+  VLABackbone b_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backbone> make_builtin_backbone(const BackboneConfig& config, const std::string& weights) {
+  VLABackbone b(config);
+  if (!weights.empty()) load_weights(*b, weights);
+  b->freeze();
+  return std::make_unique<BuiltinBackbone>(b);
+}
+
 void save_weights(torch::nn::Module& module, const std::string& path,
                   const std::map<std::string, std::string>& metadata) {
   SafeTensorsFile f;

@@ -22,6 +22,15 @@ struct VLAFeature {
 // tokens int32 [n, max_tokens] and mask bool [n, max_tokens] rows are written at `row`.
 void tokenize_into(std::string_view text, torch::Tensor& tokens, torch::Tensor& mask, std::int64_t row);
 
+// What the model service serves: the built-in VLABackbone or a user's TorchScript module.
+// Implementations are frozen; forward() runs without grad and checks its inputs.
+class Backbone {
+ public:
+  virtual ~Backbone() = default;
+  virtual VLAFeature forward(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask) = 0;
+  virtual const BackboneConfig& config() const = 0;
+};
+
 class EncoderBlockImpl : public torch::nn::Module {
  public:
   EncoderBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t mlp_ratio);
@@ -57,6 +66,9 @@ class VLABackboneImpl : public torch::nn::Module {
   torch::nn::LayerNorm norm_{nullptr};
 };
 TORCH_MODULE(VLABackbone);
+
+// The built-in backbone, frozen, with weights from `weights` (safetensors) or its seeded init.
+std::unique_ptr<Backbone> make_builtin_backbone(const BackboneConfig& config, const std::string& weights);
 
 // Weights as safetensors (parameter names as the module names them). load_weights checks that
 // the file holds exactly the module's parameters with the same shapes (float32).

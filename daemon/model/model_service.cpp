@@ -14,6 +14,7 @@
 #include "daemon/log/log_text.hpp"
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/tenant_slot.hpp"
+#include "daemon/model/torchscript_backbone.hpp"
 #include "schema/tensor_ref.hpp"
 
 namespace nexus::daemon {
@@ -322,7 +323,7 @@ struct ModelService::Impl {
 
   const ModelConfig config;
   const Completion complete;
-  model::VLABackbone backbone{nullptr};
+  std::unique_ptr<model::Backbone> backbone;
   std::map<std::string, Slot> slots;  // executor thread only; kept across reattach
   ReplyBuilder replies;               // executor thread only
 
@@ -339,14 +340,18 @@ struct ModelService::Impl {
 
 ModelService::ModelService(const ModelConfig& config, Completion complete)
     : impl_(std::make_unique<Impl>(config, std::move(complete))) {
-  auto bc = model::named_backbone(config.backbone);
-  if (!bc) throw std::runtime_error("unknown backbone '" + config.backbone + "' (tiny, small)");
-  impl_->backbone = model::VLABackbone(*bc);
-  if (!config.weights.empty()) model::load_weights(*impl_->backbone, config.weights);
-  impl_->backbone->freeze();
+  if (config.backbone == "torchscript") {
+    if (config.weights.empty()) throw std::runtime_error("--backbone torchscript needs --weights FILE.pt");
+    impl_->backbone = model::load_torchscript_backbone(config.weights);
+  } else {
+    auto bc = model::named_backbone(config.backbone);
+    if (!bc) throw std::runtime_error("unknown backbone '" + config.backbone + "' (tiny, small, torchscript)");
+    impl_->backbone = model::make_builtin_backbone(*bc, config.weights);
+  }
+  const auto& bc = impl_->backbone->config();
   log_text(config.weights.empty() ? LogLevel::Warn : LogLevel::Info, "backbone",
-           "name=" + bc->name + " weights=" + (config.weights.empty() ? "none(seeded_init_not_pretrained)" : config.weights) +
-               " dim=" + std::to_string(bc->dim) + " layers=" + std::to_string(bc->layers));
+           "name=" + bc.name + " weights=" + (config.weights.empty() ? "none(seeded_init_not_pretrained)" : config.weights) +
+               " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size));
   impl_->thread = std::thread([this] { impl_->run(); });
 }
 

@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <sstream>
+#include <type_traits>
 
 #include "daemon/model/safetensors.hpp"
 
@@ -99,6 +101,20 @@ std::uint64_t TenantSlot::publish() {
 
 namespace {
 
+// The optimizer's per-parameter state is keyed by the parameter's TensorImpl address: as a
+// pointer in LibTorch 2.x, as its printed form in 1.13 (the Debian fallback).
+template <class Map>
+typename Map::key_type state_key(const Map&, const torch::Tensor& p) {
+  using Key = typename Map::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;
+    os << p.unsafeGetTensorImpl();
+    return os.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
+
 SafeTensor to_safetensor(const torch::Tensor& t) {
   auto c = t.detach().to(torch::kCPU).contiguous();
   SafeTensor st;
@@ -128,7 +144,7 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
   std::int64_t adam_step = 0;
   for (const auto& item : params) {
     f.tensors.emplace("head." + item.key(), to_safetensor(item.value()));
-    auto it = state.find(item.value().unsafeGetTensorImpl());
+    auto it = state.find(state_key(state, item.value()));
     if (it == state.end()) continue;  // no step taken yet
     const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
     f.tensors.emplace("adamw.exp_avg." + item.key(), to_safetensor(st.exp_avg()));
@@ -181,7 +197,7 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
         st->step(adam_step);
         st->exp_avg(from_safetensor(get("adamw.exp_avg." + item.key()), shape, "F32", item.key()));
         st->exp_avg_sq(from_safetensor(get("adamw.exp_avg_sq." + item.key()), shape, "F32", item.key()));
-        state[item.value().unsafeGetTensorImpl()] = std::move(st);
+        state[state_key(state, item.value())] = std::move(st);
       }
     }
     auto rng = f.tensors.find("rng");
