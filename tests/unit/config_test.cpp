@@ -1,0 +1,38 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "daemon/config/config.hpp"
+#include "processes.hpp"
+
+using nexus::daemon::load_config_file;
+
+TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[config]") {
+  const auto c = load_config_file(std::string(NEXUS_SOURCE_DIR) + "/systemd/nexusd.toml");
+  const nexus::daemon::DaemonConfig defaults;
+  CHECK(c.socket_path == defaults.socket_path);
+  CHECK(c.spin == defaults.spin);
+  CHECK(c.backbone == "tiny");
+  CHECK(c.batch_samples == defaults.batch_samples);
+  CHECK(c.batch_wait == defaults.batch_wait);
+  CHECK(c.state_dir == defaults.state_dir);
+}
+
+TEST_CASE("config values override defaults; bad ones are refused with the key named", "[config]") {
+  nexus::test::TempDir dir;
+  const std::string path = dir.path + "/c.toml";
+  std::ofstream(path) << "[daemon]\nsocket = \"/tmp/x.sock\"\nspin_us = 0\nmax_tenants = 3\n"
+                         "[model]\nbackbone = \"small\"\nbatch_samples = 8\nbatch_wait_us = 500\nstate_dir = \"/srv/n\"\n";
+  const auto c = load_config_file(path);
+  CHECK(c.socket_path == "/tmp/x.sock");
+  CHECK(c.spin.count() == 0);
+  CHECK(c.max_tenants == 3);
+  CHECK(c.backbone == "small");
+  CHECK(c.batch_samples == 8);
+  CHECK(c.batch_wait.count() == 500);
+  CHECK(c.state_dir == "/srv/n");
+  std::ofstream(path) << "[daemon]\nmax_tenants = -1\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("max_tenants"));
+  std::ofstream(path) << "[daemon\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains(path));
+}
