@@ -1,7 +1,6 @@
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "processes.hpp"
 
@@ -13,11 +12,7 @@ TEST_CASE("nexus-bench ipc --json ends with one JSON object of its figures", "[i
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
   INFO(read_file(out.path + "/err"));
   REQUIRE(wait_exit(b, std::chrono::seconds(120)) == 0);
-  std::istringstream lines(read_file(out.path + "/out"));
-  std::string line, last;
-  while (std::getline(lines, line))
-    if (!line.empty()) last = line;
-  const auto j = nlohmann::json::parse(last);
+  const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"spin_p50_us", "spin_p99_us", "block_p50_us", "uds_p50_us", "daemon_copy_bytes_per_mib"}) {
     INFO(key);
     REQUIRE(j.contains(key));

@@ -1,7 +1,6 @@
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "processes.hpp"
 
@@ -15,11 +14,7 @@ TEST_CASE("nexus-bench group --json ends with its figures, and writes CSV and PN
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
   INFO(read_file(out.path + "/err"));
   REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
-  std::istringstream lines(read_file(out.path + "/out"));
-  std::string line, last;
-  while (std::getline(lines, line))
-    if (!line.empty()) last = line;
-  const auto j = nlohmann::json::parse(last);
+  const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"speedup_daemon", "speedup_inprocess", "flops_fraction_of_peak", "rss_ratio_8_vs_1"}) {
     INFO(key);
     REQUIRE(j.contains(key));

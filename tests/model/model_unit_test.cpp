@@ -27,6 +27,15 @@ Inputs inputs(const model::BackboneConfig& c, std::int64_t n, std::int64_t views
   return in;
 }
 
+// Features of `n` random inputs from a frozen, seeded tiny backbone.
+model::VLAFeature tiny_features(std::int64_t n) {
+  model::VLABackbone bb(*model::named_backbone("tiny"));
+  bb->freeze();
+  const auto in = inputs(bb->config(), n);
+  torch::NoGradGuard g;
+  return bb->forward(in.images, in.tokens, in.mask);
+}
+
 double sum_of_params(torch::nn::Module& m) {
   double s = 0;
   for (auto& p : m.parameters()) s += p.detach().abs().sum().item<double>();
@@ -93,14 +102,7 @@ TEST_CASE("weights round-trip through safetensors; bad files are refused", "[mod
 
 TEST_CASE("heads: shapes, kinds, and the gaussian's closed forms", "[model]") {
   const auto c = *model::named_backbone("tiny");
-  model::VLABackbone bb(c);
-  bb->freeze();
-  const auto in = inputs(c, 4);
-  model::VLAFeature f;
-  {
-    torch::NoGradGuard g;
-    f = bb->forward(in.images, in.tokens, in.mask);
-  }
+  const auto f = tiny_features(4);
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
   for (const std::string kind : {"mlp_chunk", "flow", "gaussian"}) {
     auto head = model::make_head({.kind = kind, .state_dim = 3, .action_dim = 7, .chunk = 5, .hidden = 32}, c.dim);
@@ -119,14 +121,7 @@ TEST_CASE("heads: shapes, kinds, and the gaussian's closed forms", "[model]") {
 
 TEST_CASE("a slot refuses bad batches and keeps its parameters", "[model][isolation]") {
   const auto c = *model::named_backbone("tiny");
-  model::VLABackbone bb(c);
-  bb->freeze();
-  const auto in = inputs(c, 4);
-  model::VLAFeature f;
-  {
-    torch::NoGradGuard g;
-    f = bb->forward(in.images, in.tokens, in.mask);
-  }
+  const auto f = tiny_features(4);
   model::TenantSlot slot({.kind = "mlp_chunk", .action_dim = 2, .chunk = 3, .hidden = 32}, {}, c.dim, 9);
   const auto good = torch::zeros({4, 3, 2});
   slot.sft_step(f, {}, good);

@@ -84,6 +84,14 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
+std::string last_line(const std::string& path) {
+  std::istringstream lines(read_file(path));
+  std::string line, last;
+  while (std::getline(lines, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+
 Daemon::Daemon(std::vector<std::string> extra, const std::string& nexusd) {
   socket_ = dir_.path + "/nexusd.sock";
   log_ = dir_.path + "/nexusd.log";

@@ -39,6 +39,8 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& options = 
 std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout);
 
 std::string read_file(const std::string& path);
+// The last non-empty line of a file: where benchmarks put their JSON object.
+std::string last_line(const std::string& path);
 
 // nexusd on a private socket in its own temp dir. Stops it (SIGTERM, then SIGKILL) on scope exit.
 class Daemon {
