@@ -1,4 +1,5 @@
 // nexusd: owns the accelerators, keeps the backbone resident, serves tenants over shared memory.
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -14,6 +15,10 @@
 #include "daemon/model/model_service.hpp"
 #endif
 #include "schema/protocol.hpp"
+
+namespace {
+std::atomic<nexus::daemon::Reactor*> g_reactor{nullptr};  // for the signal handler
+}  // namespace
 
 int main(int argc, char** argv) {
   using nexus::daemon::DaemonConfig;
@@ -64,12 +69,6 @@ int main(int argc, char** argv) {
   if (batch_wait_us >= 0) config.batch_wait = std::chrono::microseconds(batch_wait_us);
   nexus::daemon::init_logging(config.log_level);
 
-  // Signals arrive through the reactor's signalfd; block them before any thread exists.
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
   nexus::daemon::Listener listener;
@@ -97,7 +96,18 @@ int main(int argc, char** argv) {
       NEXUS_LOG(warn, "no_model", "reason=\"built without NEXUS_WITH_MODEL: serving the transport only\"");
 #endif
     reactor = std::make_unique<nexus::daemon::Reactor>(config, listener.fd, model.get());
+    // SIGTERM/SIGINT stop the reactor through a handler, not a blocked mask and a signalfd:
+    // libraries (OpenBLAS, OpenMP) start threads before main, and the kernel may hand a
+    // process signal to any thread that has not blocked it.
+    g_reactor = reactor.get();
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { g_reactor.load()->request_stop(); };
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
     reactor->run();
+    std::signal(SIGTERM, SIG_DFL);
+    std::signal(SIGINT, SIG_DFL);
     model.reset();  // joins the executor before the reactor goes
   } catch (const std::exception& e) {
     NEXUS_LOG(critical, "fatal", "error=\"{}\"", e.what());

@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
   nexus::ClientOptions opt;
   nexus::TenantSpec spec;
   int steps = 300, batch = 16, heldout = 128, nan_every = 0, report_every = 50;
+  bool trajectory = false;
   app.add_option("-s,--socket", opt.socket_path, "nexusd control socket");
   app.add_option("-t,--tenant", opt.tenant, "tenant name")->required();
   app.add_option("--head", spec.head.kind, "mlp_chunk, flow or gaussian");
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   app.add_option("--heldout", heldout, "held-out scenes for the final evaluation");
   app.add_option("--nan-every", nan_every, "poison every Nth batch with NaN actions (isolation tests)");
   app.add_option("--report-every", report_every, "progress line every N steps (0: none)");
+  app.add_flag("--trajectory", trajectory, "include every step's loss in the JSON line");
   CLI11_PARSE(app, argc, argv);
   spec.head.chunk = kChunk;
   spec.head.action_dim = kActionDim;
@@ -93,9 +95,11 @@ int main(int argc, char** argv) {
       const auto r = client->sft_step(b.obs(), b.actions);
       if (std::isnan(first_loss)) first_loss = r.loss;
       last_loss = r.loss;
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%s%.17g", losses.empty() ? "" : ",", r.loss);
-      losses += buf;
+      if (trajectory) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%.17g", losses.empty() ? "" : ",", r.loss);
+        losses += buf;
+      }
       if (report_every > 0 && (step % report_every == 0 || step == steps))
         std::fprintf(stderr, "[%s %s] step %d/%d loss %.4f\n", opt.tenant.c_str(), spec.head.kind.c_str(), step,
                      steps, r.loss);

@@ -37,7 +37,14 @@ echo "== nexusctl status (while they train)"
 "$bin/client/nexusctl" -s "$sock" status
 wait "${pids[@]}"
 echo "== results: held-out action error vs predicting the mean (improvement = baseline / error)"
-cat "$run"/alice.json "$run"/bob.json "$run"/carol.json "$run"/dave.json
+python3 - "$run"/alice.json "$run"/bob.json "$run"/carol.json "$run"/dave.json <<'PY'
+import json, sys
+print(f"{'tenant':8} {'head':10} {'loss first -> last':>22} {'held-out L1':>12} {'baseline':>9} {'improvement':>12}")
+for path in sys.argv[1:]:
+    r = json.load(open(path))
+    print(f"{r['tenant']:8} {r['head']:10} {r['first_loss']:10.4f} -> {r['last_loss']:8.4f} "
+          f"{r['heldout_l1']:12.4f} {r['baseline_l1']:9.4f} {r['improvement']:11.1f}x")
+PY
 echo "== grouping"
 "$bin/client/nexusctl" -s "$sock" status | grep backbone
 "$bin/client/nexusctl" -s "$sock" status --json | python3 -c '

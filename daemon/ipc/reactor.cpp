@@ -1,7 +1,6 @@
 #include "daemon/ipc/reactor.hpp"
 
 #include <sys/epoll.h>
-#include <sys/signalfd.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
@@ -33,23 +32,19 @@ Reactor::Reactor(DaemonConfig config, int listen_fd, ModelPort* model)
     : config_(std::move(config)), listen_fd_(listen_fd), model_(model) {
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
-  sigset_t mask;
-  sigemptyset(&mask);
-  sigaddset(&mask, SIGTERM);
-  sigaddset(&mask, SIGINT);
-  signal_fd_ = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-  if (signal_fd_ < 0) throw std::runtime_error(std::string("signalfd: ") + std::strerror(errno));
+  stop_fd_ = schema::make_doorbell();
+  if (stop_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   completion_fd_ = schema::make_doorbell();
   if (completion_fd_ < 0) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   watch(listen_fd_, Tag::Listener, 0, true);
-  watch(signal_fd_, Tag::Signal, 0, true);
+  watch(stop_fd_, Tag::Stop, 0, true);
   watch(completion_fd_, Tag::Completion, 0, true);
 }
 
 Reactor::~Reactor() {
   sessions_.clear();
   for (auto& [id, c] : connections_) ::close(c.fd);
-  ::close(signal_fd_);
+  ::close(stop_fd_);
   ::close(completion_fd_);
   ::close(epoll_);
 }
@@ -121,14 +116,11 @@ bool Reactor::handle_events(int timeout_ms) {
     const std::uint64_t id = events[i].data.u64 & ((1ull << kTagShift) - 1);
     switch (tag) {
       case Tag::Listener: accept_all(); break;
-      case Tag::Signal: {
-        signalfd_siginfo si;
-        while (::read(signal_fd_, &si, sizeof si) == sizeof si) {
-          NEXUS_LOG(info, "signal", "signo={}", si.ssi_signo);
-          keep_running = false;
-        }
+      case Tag::Stop:
+        schema::drain_doorbell(stop_fd_);
+        NEXUS_LOG(info, "stop_requested", "");
+        keep_running = false;
         break;
-      }
       case Tag::Connection: on_connection(id); break;
       case Tag::TenantSocket: {
         auto it = sessions_.find(id);
@@ -160,6 +152,8 @@ bool Reactor::handle_events(int timeout_ms) {
   }
   return keep_running;
 }
+
+void Reactor::request_stop() const { schema::ring_doorbell(stop_fd_); }  // one write(2): signal-safe
 
 void Reactor::accept_all() {
   for (;;) {

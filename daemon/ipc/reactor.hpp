@@ -9,7 +9,7 @@
 // (lowest latency), then marks every request ring "consumer sleeping", re-checks, and blocks in
 // epoll_wait on the listener, the tenants' sockets and their doorbells (see schema/ring.hpp).
 //
-// Thread safety: run() on one thread; request_stop() from any thread or signal context.
+// Thread safety: run() on one thread; request_stop() from any thread or a signal handler.
 #pragma once
 #include <sys/socket.h>
 
@@ -48,8 +48,11 @@ class Reactor {
   Reactor(const Reactor&) = delete;
   Reactor& operator=(const Reactor&) = delete;
 
-  // Serves until SIGTERM/SIGINT (blocked by the caller and delivered through a signalfd).
+  // Serves until request_stop().
   void run();
+  // Async-signal-safe: for SIGTERM/SIGINT handlers (any thread may take a process signal:
+  // libraries start threads before main, so blocking signals there is not enough).
+  void request_stop() const;
 
  private:
   struct Connection {  // accepted, not (yet) attached: attach or status requests
@@ -57,7 +60,7 @@ class Reactor {
     ucred peer;
     schema::FrameAccumulator frames;
   };
-  enum class Tag : std::uint64_t { Listener = 1, Signal, Connection, TenantSocket, Doorbell, Completion };
+  enum class Tag : std::uint64_t { Listener = 1, Stop, Connection, TenantSocket, Doorbell, Completion };
 
   // reactor.cpp: events and lifecycle
   bool handle_events(int timeout_ms);  // false once a stop signal arrived
@@ -87,7 +90,7 @@ class Reactor {
   const int listen_fd_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int epoll_ = -1;
-  int signal_fd_ = -1;
+  int stop_fd_ = -1;  // eventfd: request_stop() rings it
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Connection> connections_;
   std::map<std::uint64_t, std::unique_ptr<TenantSession>> sessions_;

@@ -35,7 +35,7 @@ std::map<std::string, nlohmann::json> run_jobs(const std::vector<Job>& jobs, int
     pids.push_back(spawn({NEXUS_TEST_SFT_TENANT, "--socket", daemon.socket(), "--tenant", j.name, "--head", j.head,
                           "--seed", std::to_string(j.seed), "--chunk", std::to_string(j.chunk), "--steps",
                           std::to_string(steps), "--nan-every",
-                          std::to_string(j.nan_every), "--report-every", "0"},
+                          std::to_string(j.nan_every), "--report-every", "0", "--trajectory"},
                          {.stdout_path = out.path + "/" + j.name + ".json", .stderr_path = out.path + "/" + j.name + ".err"}));
   std::map<std::string, nlohmann::json> reports;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
