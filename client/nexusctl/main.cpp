@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nexus/status.hpp"
+#include "schema/protocol.hpp"
 
 namespace {
 
@@ -57,7 +58,7 @@ int status_command(const std::string& socket, bool json) {
 
 int main(int argc, char** argv) {
   CLI::App app{"nexusctl: inspect and steer nexusd"};
-  std::string socket = "/run/nexus/nexusd.sock";
+  std::string socket = nexus::schema::kDefaultSocketPath;
   app.add_option("-s,--socket", socket, "nexusd control socket");
   bool json = false;
   auto* status = app.add_subcommand("status", "daemon version, uptime, attached tenants");

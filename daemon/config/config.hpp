@@ -5,10 +5,12 @@
 #include <cstdint>
 #include <string>
 
+#include "schema/protocol.hpp"
+
 namespace nexus::daemon {
 
 struct DaemonConfig {
-  std::string socket_path = "/run/nexus/nexusd.sock";
+  std::string socket_path = schema::kDefaultSocketPath;
   std::uint32_t socket_mode = 0666;          // access is decided per connection (SO_PEERCRED)
   std::uint32_t max_tenants = 64;
   std::uint64_t max_segment_bytes = 1ull << 30;  // per tenant: rings + both arenas

@@ -106,7 +106,6 @@ class Reactor {
   std::vector<std::uint8_t> scratch_;  // private copy of the message being decoded
   std::chrono::steady_clock::time_point last_watchdog_{};
   std::uint64_t message_bytes_copied_ = 0;
-  std::uint64_t tensor_bytes_copied_ = 0;
 };
 
 }  // namespace nexus::daemon

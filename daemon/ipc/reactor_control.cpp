@@ -129,7 +129,7 @@ void Reactor::send_status(Connection& c) {
   auto reply = wire::CreateStatusReply(
       fbb, fbb.CreateString(schema::kDaemonVersion), schema::kProtocolVersion, ::getpid(),
       std::chrono::duration<double>(now - started_).count(), fbb.CreateVector(tenants),
-      message_bytes_copied_, tensor_bytes_copied_ + ms.input_bytes_packed,
+      message_bytes_copied_, ms.input_bytes_packed,  // transport requests copy no tensor data
       fbb.CreateString(model_ ? model_->backbone_name() : ""), ms.groups, ms.grouped_requests, ms.samples);
   fbb.Finish(wire::CreateControlMessage(fbb, wire::ControlBody::StatusReply, reply.Union()));
   schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()});
