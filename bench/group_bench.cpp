@@ -94,7 +94,7 @@ int run_group(const GroupOptions& o) {
   // efficiency: the daemon's grouped speedup as a share of the in-process one (target >= 95%).
   std::printf("%7s %5s | %12s %12s %8s | %12s %12s %8s | %10s\n", "tenants", "batch", "daemon grp/s", "daemon ser/s",
               "speedup", "inproc grp/s", "inproc ser/s", "speedup", "efficiency");
-  double speedup_daemon_8x1 = 0, speedup_inproc_8x1 = 0, best_sps = 0;
+  double speedup_daemon_8x1 = 0, speedup_inproc_8x1 = 0, best_sps = 0, serial_8x1 = 0;
   for (int t : o.tenants)
     for (int b : o.batches) {
       std::fprintf(stderr, "[group] %d tenants x batch %d ...\n", t, b);
@@ -106,6 +106,7 @@ int run_group(const GroupOptions& o) {
       if (t == 8 && b == 1) {
         speedup_daemon_8x1 = sd;
         speedup_inproc_8x1 = si;
+        serial_8x1 = ds;
       }
       std::printf("%7d %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %9.0f%%\n", t, b, dg, ds, sd, ip.grouped_sps,
                   ip.serial_sps, si, 100 * sd / si);
@@ -115,6 +116,16 @@ int run_group(const GroupOptions& o) {
                        {"daemon_grouped_sps", dg}, {"inprocess_grouped_sps", ip.grouped_sps}});
     }
   csv.close();
+
+  // What deterministic mode costs: it gives every request its own backbone pass.
+  double speedup_deterministic_8x1 = 0;
+  if (serial_8x1 > 0) {
+    std::fprintf(stderr, "[group] deterministic mode, 8 tenants x batch 1 ...\n");
+    test::Daemon deterministic({"--backbone", o.backbone, "--deterministic", "--log-level", "warn"}, o.nexusd);
+    speedup_deterministic_8x1 = daemon_throughput(deterministic.socket(), "d", 8, 1, o.rounds) / serial_8x1;
+    std::printf("deterministic mode at 8x1: %.2fx the serial daemon (grouped: %.2fx)\n", speedup_deterministic_8x1,
+                speedup_daemon_8x1);
+  }
   const double flops_fraction = best_sps * flops_per_sample / peak;
   std::printf("backbone achieved %.1f GFLOP/s at best (in-process, grouped) = %.0f%% of the GEMM peak\n",
               best_sps * flops_per_sample / 1e9, 100 * flops_fraction);
@@ -132,6 +143,7 @@ int run_group(const GroupOptions& o) {
                         {"daemon_share_of_inprocess_speedup", speedup_daemon_8x1 / speedup_inproc_8x1},
                         {"flops_fraction_of_peak", flops_fraction},
                         {"rss_ratio_8_vs_1", rss8 / rss1},
+                        {"speedup_deterministic", speedup_deterministic_8x1},
                         {"cells", cells}};
     std::printf("%s\n", j.dump().c_str());
   }

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   std::string backbone, weights, state_dir;
   std::uint32_t batch_samples = 0;
   long batch_wait_us = -1;
+  bool deterministic = false;
   app.add_option("-c,--config", config_path, "TOML config file (see systemd/nexusd.toml)");
   app.add_option("-s,--socket", socket_path, "control socket path (default /run/nexus/nexusd.sock)");
   app.add_option("--spin-us", spin_us, "busy-poll the rings this long after the last request");
@@ -42,6 +43,8 @@ int main(int argc, char** argv) {
   app.add_option("--state-dir", state_dir, "where checkpoints are kept (default /var/lib/nexus)");
   app.add_option("--batch-samples", batch_samples, "B: a group flushes at this many samples");
   app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");
+  app.add_flag("--deterministic", deterministic,
+               "bitwise per-sample results whatever the group: one backbone pass per request");
   app.add_flag("--version", version, "print the version and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {
@@ -67,6 +70,7 @@ int main(int argc, char** argv) {
   if (!state_dir.empty()) config.state_dir = state_dir;
   if (batch_samples > 0) config.batch_samples = batch_samples;
   if (batch_wait_us >= 0) config.batch_wait = std::chrono::microseconds(batch_wait_us);
+  if (deterministic) config.deterministic = true;
   nexus::daemon::init_logging(config.log_level);
 
   std::signal(SIGPIPE, SIG_IGN);
@@ -87,6 +91,7 @@ int main(int argc, char** argv) {
       mc.weights = config.weights;
       mc.batch = {config.batch_samples, config.batch_wait};
       mc.state_dir = config.state_dir;
+      mc.deterministic = config.deterministic;
       model = std::make_unique<nexus::daemon::ModelService>(mc, [&reactor](std::uint64_t session, std::vector<std::uint8_t> reply) {
         reactor->post_completion(session, std::move(reply));
       });

@@ -21,6 +21,21 @@ struct Batch {
   nexus::Observation obs() const { return {&images, &tokens, &mask, nullptr}; }
 };
 
+// A batch's bytes outside the arena (which ends with the attachment), for replaying it later.
+struct Saved {
+  std::vector<std::uint8_t> images, tokens, mask, actions;
+  static Saved of(const Batch& b) {
+    auto copy = [](const nexus::Tensor& t) { return std::vector<std::uint8_t>(t.raw().begin(), t.raw().end()); };
+    return {copy(b.images), copy(b.tokens), copy(b.mask), copy(b.actions)};
+  }
+  void into(Batch& b) const {
+    std::memcpy(b.images.raw().data(), images.data(), images.size());
+    std::memcpy(b.tokens.raw().data(), tokens.data(), tokens.size());
+    std::memcpy(b.mask.raw().data(), mask.data(), mask.size());
+    std::memcpy(b.actions.raw().data(), actions.data(), actions.size());
+  }
+};
+
 Batch alloc_batch(nexus::Client& c, const nexus::BackboneInfo& bb, std::int64_t n) {
   return {c.alloc(nexus::DType::UInt8, {n, 1, bb.image_size, bb.image_size, 3}),
           c.alloc(nexus::DType::Int32, {n, bb.max_tokens}), c.alloc(nexus::DType::UInt8, {n, bb.max_tokens}),
@@ -45,7 +60,7 @@ int main(int argc, char** argv) {
   CLI::App app{"sft_tenant: supervised fine-tuning of one head through nexusd"};
   nexus::ClientOptions opt;
   nexus::TenantSpec spec;
-  int steps = 300, batch = 16, heldout = 128, nan_every = 0, report_every = 50;
+  int steps = 300, batch = 16, heldout = 128, nan_every = 0, report_every = 50, checkpoint_at = 0;
   bool trajectory = false;
   app.add_option("-s,--socket", opt.socket_path, "nexusd control socket");
   app.add_option("-t,--tenant", opt.tenant, "tenant name")->required();
@@ -59,6 +74,9 @@ int main(int argc, char** argv) {
   app.add_option("--nan-every", nan_every, "poison every Nth batch with NaN actions (isolation tests)");
   app.add_option("--report-every", report_every, "progress line every N steps (0: none)");
   app.add_flag("--trajectory", trajectory, "include every step's loss in the JSON line");
+  app.add_option("--checkpoint-at", checkpoint_at,
+                 "save a checkpoint after step K; at the end reattach, load it into a fresh slot and "
+                 "replay step K+1 (its loss must equal the uninterrupted run's)");
   CLI11_PARSE(app, argc, argv);
   spec.head.chunk = kChunk;
   spec.head.action_dim = kActionDim;
@@ -75,6 +93,8 @@ int main(int argc, char** argv) {
     std::string losses;  // the whole trajectory, for equivalence checks
     std::vector<double> mean_action(kChunk * kActionDim, 0.0);
     int bad_batches = 0, samples = 0;
+    Saved replay;                        // batch K+1 of --checkpoint-at K
+    double uninterrupted_next = NAN;     // its loss in the uninterrupted run
     for (int step = 1; step <= steps; ++step) {
       fill(b, train, batch);
       const auto a = b.actions.as<float>();
@@ -92,7 +112,10 @@ int main(int argc, char** argv) {
           continue;
         }
       }
+      if (checkpoint_at > 0 && step == checkpoint_at + 1) replay = Saved::of(b);
       const auto r = client->sft_step(b.obs(), b.actions);
+      if (checkpoint_at > 0 && step == checkpoint_at) client->save("step-" + std::to_string(step));
+      if (checkpoint_at > 0 && step == checkpoint_at + 1) uninterrupted_next = r.loss;
       if (std::isnan(first_loss)) first_loss = r.loss;
       last_loss = r.loss;
       if (trajectory) {
@@ -120,11 +143,27 @@ int main(int argc, char** argv) {
     }
     err /= static_cast<double>(target.size());
     base /= static_cast<double>(target.size());
+
+    // Resume check: a fresh attachment loads the checkpoint into a fresh slot and replays step K+1.
+    std::string resume = "null";
+    if (checkpoint_at > 0 && checkpoint_at < steps) {
+      client.reset();
+      client = nexus::Client::attach(opt);
+      const auto loaded_step = client->load("step-" + std::to_string(checkpoint_at));
+      Batch r = alloc_batch(*client, bb, batch);
+      replay.into(r);
+      const double resumed = client->sft_step(r.obs(), r.actions).loss;
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "{\"step\":%llu,\"uninterrupted_loss\":%.17g,\"resumed_loss\":%.17g,\"bitwise\":%s}",
+                    static_cast<unsigned long long>(loaded_step), uninterrupted_next, resumed,
+                    resumed == uninterrupted_next ? "true" : "false");
+      resume = buf;
+    }
     std::printf("{\"tenant\":\"%s\",\"head\":\"%s\",\"steps\":%d,\"first_loss\":%.6f,\"last_loss\":%.6f,"
                 "\"heldout_l1\":%.6f,\"baseline_l1\":%.6f,\"improvement\":%.3f,\"bad_batches\":%d,\"version\":%llu,"
-                "\"losses\":[%s]}\n",
+                "\"resume\":%s,\"losses\":[%s]}\n",
                 opt.tenant.c_str(), spec.head.kind.c_str(), steps, first_loss, last_loss, err, base, base / err,
-                bad_batches, static_cast<unsigned long long>(version), losses.c_str());
+                bad_batches, static_cast<unsigned long long>(version), resume.c_str(), losses.c_str());
   } catch (const nexus::Error& e) {
     std::fprintf(stderr, "sft_tenant %s: %s\n", opt.tenant.c_str(), e.what());
     std::printf("{\"tenant\":\"%s\",\"error\":\"%s\"}\n", opt.tenant.c_str(), nexus::error_code_name(e.code()));

@@ -37,6 +37,11 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
     if (*v < 0) throw std::runtime_error("config " + path + ": model.batch_wait_us must be >= 0");
     c.batch_wait = std::chrono::microseconds(*v);
   }
+  if (const auto n = m["deterministic"]) {
+    const auto v = n.value<bool>();
+    if (!v || !n.is_boolean()) throw std::runtime_error("config " + path + ": model.deterministic must be true or false");
+    c.deterministic = *v;
+  }
   return c;
 }
 

@@ -23,6 +23,7 @@ struct DaemonConfig {
   std::string state_dir = "/var/lib/nexus";     // checkpoints
   std::uint32_t batch_samples = 64;             // B: a group flushes at this many samples
   std::chrono::microseconds batch_wait{2000};   // T: ... or when its oldest request waited this long
+  bool deterministic = false;                   // bitwise results whatever the group (no grouping)
 };
 
 // Loads `path` over the defaults; throws std::runtime_error with the file and key on bad input.

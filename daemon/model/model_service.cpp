@@ -82,8 +82,11 @@ struct ModelService::Impl {
   }
 
   void run() {
+    // A fixed thread count for the daemon's life: reductions split across threads the same way
+    // in every pass (deterministic mode relies on it).
     torch::set_num_threads(config.torch_threads > 0 ? config.torch_threads
                                                     : static_cast<int>(std::thread::hardware_concurrency()));
+    if (config.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
     for (;;) {
       std::vector<ModelWork> batch;
       {
@@ -256,8 +259,15 @@ struct ModelService::Impl {
       bound.push_back(std::move(b));
     }
     if (bound.empty()) return;
+    if (!config.deterministic) return run_pass(bound);
+    // Deterministic mode: each request gets a backbone pass of its own, so its features are
+    // computed by exactly the same operations on exactly the same shapes whoever else is queued.
+    // The price is the grouping itself (nexus-bench group measures it): see docs/design/model.md.
+    for (auto& b : bound) run_pass({&b, 1});
+  }
 
-    // One backbone pass over the concatenated group (the one copy: packing the group batch).
+  // One backbone pass over the concatenated requests, then each request's head on its rows.
+  void run_pass(std::span<Bound> bound) {
     std::vector<torch::Tensor> images, tokens, masks;
     std::int64_t samples = 0;
     for (auto& b : bound) {
@@ -270,7 +280,7 @@ struct ModelService::Impl {
     model::VLAFeature features;
     try {
       torch::NoGradGuard no_grad;
-      auto img = torch::cat(images);
+      auto img = torch::cat(images);  // the one copy: packing the group batch
       features = backbone->forward(img, torch::cat(tokens), torch::cat(masks).to(torch::kBool));
       std::lock_guard lk(stats_mu);
       // images, tokens (int32) and mask (uint8) of every sample: packed once into the group batch
@@ -351,7 +361,8 @@ ModelService::ModelService(const ModelConfig& config, Completion complete)
   const auto& bc = impl_->backbone->config();
   log_text(config.weights.empty() ? LogLevel::Warn : LogLevel::Info, "backbone",
            "name=" + bc.name + " weights=" + (config.weights.empty() ? "none(seeded_init_not_pretrained)" : config.weights) +
-               " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size));
+               " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size) +
+               " deterministic=" + (config.deterministic ? "true" : "false"));
   impl_->thread = std::thread([this] { impl_->run(); });
 }
 

@@ -29,6 +29,10 @@ struct ModelConfig {
   sched::BatchPolicy batch;
   int torch_threads = 0;        // 0: all cores
   std::string state_dir = "/var/lib/nexus";  // checkpoints under <state_dir>/checkpoints/<tenant>/
+  // Per-sample backbone results independent of who else is queued: one backbone pass per
+  // request (no grouping) and deterministic algorithms. A tenant's losses are then bitwise the
+  // same alone or among others.
+  bool deterministic = false;
 };
 
 class ModelService : public ModelPort {

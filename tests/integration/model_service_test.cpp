@@ -23,19 +23,24 @@ struct Job {
   std::uint64_t seed;
   int nan_every = 0;
   int chunk = 4;
+  int checkpoint_at = 0;
 };
 
 // Runs the jobs at once against one fresh daemon; returns each job's JSON report by name.
 std::map<std::string, nlohmann::json> run_jobs(const std::vector<Job>& jobs, int steps,
-                                               nexus::DaemonStatus* status_after = nullptr) {
-  Daemon daemon({"--weights", weights(), "--log-level", "warn"});
+                                               nexus::DaemonStatus* status_after = nullptr,
+                                               std::vector<std::string> daemon_flags = {}) {
   TempDir out;
+  std::vector<std::string> args = {"--weights", weights(), "--log-level", "warn", "--state-dir", out.path + "/state"};
+  args.insert(args.end(), daemon_flags.begin(), daemon_flags.end());
+  Daemon daemon(args);
   std::vector<pid_t> pids;
   for (const auto& j : jobs)
     pids.push_back(spawn({NEXUS_TEST_SFT_TENANT, "--socket", daemon.socket(), "--tenant", j.name, "--head", j.head,
                           "--seed", std::to_string(j.seed), "--chunk", std::to_string(j.chunk), "--steps",
                           std::to_string(steps), "--nan-every",
-                          std::to_string(j.nan_every), "--report-every", "0", "--trajectory"},
+                          std::to_string(j.nan_every), "--checkpoint-at", std::to_string(j.checkpoint_at),
+                          "--report-every", "0", "--trajectory"},
                          {.stdout_path = out.path + "/" + j.name + ".json", .stderr_path = out.path + "/" + j.name + ".err"}));
   std::map<std::string, nlohmann::json> reports;
   for (std::size_t i = 0; i < jobs.size(); ++i) {
@@ -92,7 +97,21 @@ TEST_CASE("a tenant's loss trajectory alone and grouped with three others is the
                                 100);
   const double worst = max_relative_difference(alone.at("alice"), grouped.at("alice"));
   INFO("max relative loss difference over 100 steps: " << worst);
-  CHECK(worst <= 1e-4);  // default mode (deterministic mode, bitwise by construction, is not built)
+  CHECK(worst <= 1e-4);  // default mode
+}
+
+TEST_CASE("deterministic mode: a tenant's losses are bitwise the same alone and grouped; one pass per request",
+          "[integration][model][equivalence][deterministic]") {
+  const std::vector<std::string> det = {"--deterministic"};
+  const auto alone = run_jobs({{"alice", "mlp_chunk", 1}}, 100, nullptr, det);
+  nexus::DaemonStatus status;
+  const auto grouped = run_jobs({{"alice", "mlp_chunk", 1}, {"bob", "flow", 7, 0, 2}, {"carol", "gaussian", 9, 0, 8},
+                                 {"dave", "mlp_chunk", 11, 0, 1}},
+                                100, &status, det);
+  CHECK(alone.at("alice")["losses"] == grouped.at("alice")["losses"]);  // bitwise: %.17g round-trips
+  // The mechanism: no request shares a backbone pass, so nobody's features depend on the group.
+  CHECK(status.model_groups == status.model_requests);
+  CHECK(status.model_requests >= 4 * 101);
 }
 
 TEST_CASE("a tenant sending NaN batches gets typed errors and changes nobody else's training",
@@ -112,6 +131,41 @@ TEST_CASE("a tenant sending NaN batches gets typed errors and changes nobody els
     CHECK(worst <= 1e-4);
     CHECK(std::abs(a.at(j.name)["heldout_l1"].get<double>() - b.at(j.name)["heldout_l1"].get<double>()) <= 1e-4);
   }
+}
+
+TEST_CASE("deterministic mode: a tenant sending NaN batches leaves the others' losses bitwise unchanged",
+          "[integration][model][isolation][deterministic]") {
+  const std::vector<std::string> det = {"--deterministic"};
+  const std::vector<Job> good = {{"good-1", "mlp_chunk", 1}, {"good-2", "flow", 2}, {"good-3", "gaussian", 4}};
+  auto with_bad = good;
+  with_bad.push_back({"bad", "mlp_chunk", 3, /*nan_every=*/10});
+  const auto a = run_jobs(good, 100, nullptr, det);
+  const auto b = run_jobs(with_bad, 100, nullptr, det);
+  CHECK(b.at("bad")["bad_batches"] == 10);
+  for (const auto& j : good) {
+    INFO(j.name);
+    CHECK(a.at(j.name)["losses"] == b.at(j.name)["losses"]);
+    CHECK(a.at(j.name)["heldout_l1"] == b.at(j.name)["heldout_l1"]);
+  }
+}
+
+TEST_CASE("8 tenant processes train at once; each one's checkpoint resumes bitwise in a fresh slot",
+          "[integration][model][checkpoint][deterministic]") {
+  std::vector<Job> jobs;
+  const char* heads[] = {"mlp_chunk", "flow", "gaussian"};
+  for (int i = 0; i < 8; ++i)
+    jobs.push_back({"ckpt-" + std::to_string(i), heads[i % 3], static_cast<std::uint64_t>(20 + i), 0, 1 + i % 4,
+                    /*checkpoint_at=*/15 + i});
+  nexus::DaemonStatus status;
+  const auto r = run_jobs(jobs, 40, &status, {"--deterministic"});
+  for (const auto& j : jobs) {
+    const auto& resume = r.at(j.name)["resume"];
+    INFO(j.name << " (" << j.head << "): " << resume.dump());
+    CHECK(resume["step"] == j.checkpoint_at);
+    CHECK(resume["bitwise"] == true);
+    CHECK(resume["resumed_loss"] == resume["uninterrupted_loss"]);
+  }
+  CHECK(status.model_requests >= 8 * 40);
 }
 
 TEST_CASE("model requests fail with typed errors: unregistered, bad batch, unknown version, bad head",
