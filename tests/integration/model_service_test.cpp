@@ -65,11 +65,14 @@ TEST_CASE("four tenants with different heads train at once through one daemon, g
     CHECK(j["last_loss"].get<double>() < j["first_loss"].get<double>() / 2);
     CHECK(j["version"] == 1);
   }
-  // Direct regression heads learn the task within 300 steps of 16 demonstrations.
+  // Every head learns the task within 300 steps of 16 demonstrations (flow measured 6.0x here;
+  // its bound leaves room for another LibTorch's float sums).
   for (const char* name : {"alice", "carol", "dave"}) {
     INFO(name << ": " << r.at(name).dump());
     CHECK(r.at(name)["improvement"].get<double>() >= 5.0);
   }
+  INFO("bob (flow): " << r.at("bob").dump());
+  CHECK(r.at("bob")["improvement"].get<double>() >= 4.0);
   // One backbone pass served several tenants' requests.
   INFO("groups " << status.model_groups << ", requests " << status.model_requests);
   CHECK(status.model_requests >= 4 * 300);
