@@ -1,0 +1,95 @@
+// The built-in MuJoCo tasks: experts, seeded resets, rendering, refusals.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "sim/task.hpp"
+
+using nexus::sim::make_task;
+using nexus::sim::TaskError;
+
+namespace {
+
+double expert_success_rate(const std::string& task, int episodes) {
+  auto t = make_task(task);
+  int ok = 0;
+  for (int e = 0; e < episodes; ++e) {
+    t->reset(static_cast<std::uint64_t>(e));
+    while (!t->done()) t->step(t->expert_action());
+    ok += t->success();
+  }
+  return double(ok) / episodes;
+}
+
+// Where a world point (x, y) lands in the top camera's image (pixel column, row).
+std::pair<int, int> pixel_of(double x, double y, int size) {
+  const double half = 1.2 * std::tan(12.0 * M_PI / 180.0);  // camera height x tan(fovy / 2)
+  return {static_cast<int>((x / half + 1) / 2 * size), static_cast<int>((1 - y / half) / 2 * size)};
+}
+
+}  // namespace
+
+TEST_CASE("the scripted experts succeed on at least 95% of episodes", "[sim]") {
+  const double reach = expert_success_rate("reach", 200), push = expert_success_rate("push", 200);
+  INFO("reach " << reach << ", push " << push);
+  CHECK(reach >= 0.95);
+  CHECK(push >= 0.95);
+}
+
+TEST_CASE("a reset is a function of its seed; episodes end at success or the limit", "[sim]") {
+  for (const std::string name : {"reach", "push"}) {
+    auto a = make_task(name), b = make_task(name);
+    a->reset(42);
+    b->reset(42);
+    CHECK(a->render() == b->render());
+    CHECK(a->sim_state() == b->sim_state());
+    CHECK(a->instruction() == b->instruction());
+    b->reset(43);
+    CHECK(a->sim_state() != b->sim_state());
+    // Standing still never succeeds: the episode ends at its limit.
+    const float still[2] = {0, 0};
+    while (!a->done()) a->step(still);
+    CHECK(a->steps() == a->max_steps());
+    CHECK_FALSE(a->success());
+    CHECK_THROWS_AS(a->step(still), TaskError);
+  }
+}
+
+TEST_CASE("reach: the instruction names a ball the camera shows in its colour", "[sim]") {
+  auto t = make_task("reach");
+  for (int seed = 0; seed < 20; ++seed) {
+    t->reset(static_cast<std::uint64_t>(seed));
+    const auto image = t->render();
+    const auto state = t->sim_state();
+    // The balls are the first three mocap bodies: red, green, blue; their (x, y) end the state.
+    const std::size_t base = state.size() - 6;
+    const char* colours[] = {"red", "green", "blue"};
+    for (int k = 0; k < 3; ++k) {
+      const auto [col, row] = pixel_of(state[base + 2 * k], state[base + 2 * k + 1], t->image_size());
+      // Its colour around the projected centre (5x5, inside its 3.75-pixel radius; the arm may
+      // lie across part of it).
+      int coloured = 0;
+      for (int dy = -2; dy <= 2; ++dy)
+        for (int dx = -2; dx <= 2; ++dx) {
+          const std::uint8_t* px = &image[(static_cast<std::size_t>(row + dy) * t->image_size() + col + dx) * 3];
+          coloured += px[k] > 150 && px[(k + 1) % 3] < 100 && px[(k + 2) % 3] < 100;
+        }
+      INFO("seed " << seed << " " << colours[k] << " ball at pixel " << col << "," << row);
+      CHECK(coloured >= 10);
+    }
+    CHECK(t->instruction().find("reach the ") == 0);
+  }
+}
+
+TEST_CASE("bad actions and names are refused with TaskError, nothing else", "[sim]") {
+  auto t = make_task("reach");
+  t->reset(1);
+  const float three[3] = {0, 0, 0};
+  CHECK_THROWS_AS(t->step({three, 3}), TaskError);
+  const float nan[2] = {NAN, 0};
+  CHECK_THROWS_AS(t->step(nan), TaskError);
+  const float huge[2] = {1e9f, -1e9f};  // clipped to the unit box, not refused
+  CHECK_NOTHROW(t->step(huge));
+  CHECK_THROWS_AS(make_task("fly"), TaskError);
+  CHECK_THROWS_AS(make_task("reach", {.image_size = 4}), TaskError);
+}
