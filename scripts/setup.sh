@@ -16,7 +16,7 @@ packages=(
   clang libclang-rt-14-dev                     # libFuzzer target (fuzz test)
   libboost-dev libflatbuffers-dev flatbuffers-compiler libsystemd-dev catch2
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libmujoco-dev libosmesa6-dev libhdf5-dev
+  libmujoco-dev libosmesa6-dev libhdf5-dev hdf5-tools   # simulators, datasets (h5dump in tests)
   python3 python3-venv python3-dev
   passwd procps util-linux                     # useradd/runuser for the access tests; pgrep
 )

@@ -16,7 +16,8 @@ namespace {
 
 constexpr double kTipStep = 0.015;   // metres of fingertip motion per unit action per step
 constexpr double kElbowLimit = 2.9;  // the MJCF's elbow range
-constexpr double kUpper = 0.13, kFore = 0.12;  // the MJCF's link lengths (shoulder-elbow, elbow-tip)
+constexpr double kUpper = 0.13, kFore = 0.12;
+constexpr double kWorkspace = 0.25;  // proprio positions in units of the arm's reach (order 1)  // the MJCF's link lengths (shoulder-elbow, elbow-tip)
 
 // The joint step that moves the fingertip by (dx, dy): closed-form two-link inverse kinematics
 // on the elbow's current side, the target pulled into the reachable annulus first. Exact, so a
@@ -149,8 +150,9 @@ std::vector<std::uint8_t> Task::render() {
 
 std::vector<float> Task::proprio() const {
   const auto [x, y] = tip();
-  return {static_cast<float>(sim_->data->qpos[sim_->shoulder_q]), static_cast<float>(sim_->data->qpos[sim_->elbow_q]),
-          static_cast<float>(x), static_cast<float>(y)};
+  const double elbow = sim_->data->qpos[sim_->elbow_q];
+  return {static_cast<float>(x / kWorkspace), static_cast<float>(y / kWorkspace), static_cast<float>(std::cos(elbow)),
+          static_cast<float>(std::sin(elbow))};
 }
 
 std::vector<float> Task::sim_state() const {

@@ -3,9 +3,10 @@
 //   reach  "reach the red ball" among three coloured balls: the fingertip within 3 cm of it.
 //   push   "push the red block onto the green goal": the block's centre within 3 cm of the goal.
 // Actions are 2-D fingertip velocity commands in [-1, 1] (1 = 1.5 cm per step), turned into
-// joint targets by closed-form inverse kinematics; the arm is driven kinematically. Proprio state: the two joint
-// angles and the fingertip's (x, y). Each task has a reward, success, an episode limit, a seeded
-// reset and a scripted expert. The MJCF models are sim/assets/*.xml (compiled in).
+// joint targets by closed-form inverse kinematics; the arm is driven kinematically. Proprio
+// state (4): the fingertip's (x, y) in units of the arm's 25 cm reach, and the cosine and sine
+// of the elbow angle. Each task has a reward, success, an episode limit, a seeded reset and a
+// scripted expert. The MJCF models are sim/assets/*.xml (compiled in).
 //
 // A Task is one episode stream: not thread-safe, use it from one thread at a time (its renderer
 // makes its OSMesa context current on the calling thread for each render).

@@ -1,0 +1,142 @@
+// SFT from scripted demonstrations in the MuJoCo reach task, on the frozen pretrained tiny
+// backbone, in-process, then closed-loop success in the simulator: the embedded backbone,
+// pretrained on synth/ scenes only, carries the simulator's renders. (Measured: the same head
+// given the target's true position instead of having to find it in the image did no better.)
+#include <torch/torch.h>
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <filesystem>
+
+#include "daemon/model/backbone.hpp"
+#include "daemon/model/tenant_slot.hpp"
+#include "sim/task.hpp"
+
+using namespace nexus;
+
+namespace {
+
+constexpr int kChunk = 4;
+
+struct Demos {
+  torch::Tensor images, tokens, mask, state, actions;  // per step
+};
+
+Demos record(const std::string& task, int episodes, std::uint64_t seed0, const model::BackboneConfig& c) {
+  auto t = sim::make_task(task, {.image_size = static_cast<int>(c.image_size)});
+  std::vector<torch::Tensor> imgs, toks, masks, states, acts;
+  for (int e = 0; e < episodes; ++e) {
+    t->reset(seed0 + static_cast<std::uint64_t>(e));
+    std::vector<std::vector<float>> ep_actions;
+    std::vector<torch::Tensor> ep_imgs, ep_states;
+    while (!t->done()) {
+      auto img = torch::empty({1, c.image_size, c.image_size, 3}, torch::kUInt8);
+      t->render(img.data_ptr<std::uint8_t>());
+      ep_imgs.push_back(img);
+      const auto p = t->proprio();
+      ep_states.push_back(torch::tensor(p));
+      const auto a = t->expert_action();
+      ep_actions.push_back(a);
+      t->step(a);
+    }
+    const auto n = static_cast<std::int64_t>(ep_actions.size());
+    for (std::int64_t i = 0; i < n; ++i) {
+      auto chunk = torch::empty({kChunk, 2});
+      for (int k = 0; k < kChunk; ++k) {
+        const auto& a = ep_actions[static_cast<std::size_t>(std::min<std::int64_t>(i + k, n - 1))];
+        chunk[k][0] = a[0];
+        chunk[k][1] = a[1];
+      }
+      acts.push_back(chunk);
+      imgs.push_back(ep_imgs[static_cast<std::size_t>(i)]);
+      states.push_back(ep_states[static_cast<std::size_t>(i)]);
+      auto tok = torch::zeros({1, c.max_tokens}, torch::kInt32);
+      auto m = torch::zeros({1, c.max_tokens}, torch::kBool);
+      model::tokenize_into(t->instruction(), tok, m, 0);
+      toks.push_back(tok);
+      masks.push_back(m);
+    }
+  }
+  return {torch::stack(imgs), torch::cat(toks), torch::cat(masks), torch::stack(states), torch::stack(acts)};
+}
+
+model::VLAFeature features(model::VLABackbone& b, const Demos& d) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> tok, pooled, m;
+  const auto n = d.images.size(0);
+  for (std::int64_t i = 0; i < n; i += 256) {
+    const auto len = std::min<std::int64_t>(256, n - i);
+    auto f = b->forward(d.images.narrow(0, i, len), d.tokens.narrow(0, i, len), d.mask.narrow(0, i, len));
+    tok.push_back(f.tokens);
+    pooled.push_back(f.pooled);
+    m.push_back(f.mask);
+  }
+  return {torch::cat(tok), torch::cat(pooled), torch::cat(m)};
+}
+
+// Closed loop: every step, render, run the backbone and the head, execute the chunk's first action.
+double success_rate(model::VLABackbone& b, model::TenantSlot& slot, const std::string& task, int episodes,
+                    std::uint64_t seed0) {
+  const auto& c = b->config();
+  std::vector<std::unique_ptr<sim::Task>> envs;
+  for (int e = 0; e < episodes; ++e) {
+    envs.push_back(sim::make_task(task, {.image_size = static_cast<int>(c.image_size)}));
+    envs.back()->reset(seed0 + static_cast<std::uint64_t>(e));
+  }
+  torch::NoGradGuard ng;
+  for (;;) {
+    std::vector<sim::Task*> live;
+    for (auto& e : envs)
+      if (!e->done()) live.push_back(e.get());
+    if (live.empty()) break;
+    const auto n = static_cast<std::int64_t>(live.size());
+    auto img = torch::empty({n, 1, c.image_size, c.image_size, 3}, torch::kUInt8);
+    auto tok = torch::zeros({n, c.max_tokens}, torch::kInt32);
+    auto m = torch::zeros({n, c.max_tokens}, torch::kBool);
+    auto st = torch::empty({n, 4});
+    for (std::int64_t i = 0; i < n; ++i) {
+      live[static_cast<std::size_t>(i)]->render(img[i].data_ptr<std::uint8_t>());
+      model::tokenize_into(live[static_cast<std::size_t>(i)]->instruction(), tok, m, i);
+      st[i] = torch::tensor(live[static_cast<std::size_t>(i)]->proprio());
+    }
+    auto f = b->forward(img, tok, m);
+    auto a = slot.predict(f, st);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float act[2] = {a[i][0][0].item<float>(), a[i][0][1].item<float>()};
+      live[static_cast<std::size_t>(i)]->step(act);
+    }
+  }
+  int ok = 0;
+  for (auto& e : envs) ok += e->success();
+  return double(ok) / episodes;
+}
+
+}  // namespace
+
+TEST_CASE("SFT on reach demonstrations lifts closed-loop success on the pretrained tiny backbone",
+          "[model][sim][learning]") {
+  torch::set_num_threads(2);
+  const std::string path = std::string(NEXUS_TEST_WEIGHTS_DIR) + "/backbone-tiny.safetensors";
+  if (!std::filesystem::exists(path)) FAIL(path << " is missing: scripts/setup.sh pretrains it");
+  model::VLABackbone b(*model::named_backbone("tiny"));
+  model::load_weights(*b, path);
+  b->freeze();
+  const auto demos = record("reach", 200, 1000, b->config());
+  const auto f = features(b, demos);
+  const auto n = demos.actions.size(0);
+  const std::string kind = "mlp_chunk";
+  model::TenantSlot slot({.kind = kind, .state_dim = 4, .action_dim = 2, .chunk = kChunk, .hidden = 256},
+                         {.lr = 1e-3}, b->config().dim, 5);
+  const double before = success_rate(b, slot, "reach", 50, 90000);
+  auto pick = at::make_generator<at::CPUGeneratorImpl>(3);
+  for (int s = 0; s < 3000; ++s) {
+    auto idx = torch::randint(n, {64}, pick, torch::kLong);
+    slot.sft_step({f.tokens.index_select(0, idx), f.pooled.index_select(0, idx), f.mask.index_select(0, idx)},
+                  demos.state.index_select(0, idx), demos.actions.index_select(0, idx));
+  }
+  const double after = success_rate(b, slot, "reach", 50, 90000);
+  INFO(kind << ": " << n << " demonstration steps; success " << before << " -> " << after);
+  CHECK(before <= 0.1);
+  CHECK(after >= 0.6);  // measured 0.74 (400 episodes: 0.82)
+}
