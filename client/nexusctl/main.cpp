@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "dataset_command.hpp"
 #include "nexus/status.hpp"
 #include "schema/protocol.hpp"
 
@@ -63,10 +64,26 @@ int main(int argc, char** argv) {
   bool json = false;
   auto* status = app.add_subcommand("status", "daemon version, uptime, attached tenants");
   status->add_flag("--json", json, "one JSON object on stdout");
+  auto* dataset = app.add_subcommand("dataset", "demonstration datasets (robomimic/LIBERO HDF5)");
+  dataset->require_subcommand(1);
+  nexus::ctl::RecordOptions rec;
+  auto* record = dataset->add_subcommand("record", "record the built-in task's scripted expert");
+  record->add_option("--task", rec.task, "reach or push");
+  record->add_option("--episodes", rec.episodes, "demonstrations to write")->check(CLI::Range(1, 100000));
+  record->add_option("--out", rec.out, "output .hdf5 file")->required();
+  record->add_option("--seed", rec.seed, "episode i is reset with seed + i");
+  record->add_option("--image-size", rec.image_size, "camera resolution (the backbone's: 64)")->check(CLI::Range(8, 256));
+  record->add_flag("--keep-failures", rec.keep_failures, "also write episodes the expert failed");
+  std::string info_path;
+  auto* info = dataset->add_subcommand("info", "what a dataset holds (and whether it reads cleanly)");
+  info->add_option("file", info_path, "an .hdf5 file")->required();
+  info->add_flag("--json", json, "one JSON object on stdout");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (status->parsed()) return status_command(socket, json);
+    if (record->parsed()) return nexus::ctl::record_dataset(rec);
+    if (info->parsed()) return nexus::ctl::dataset_info(info_path, json);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nexusctl: %s\n", e.what());
     return 1;

@@ -110,6 +110,12 @@ Prediction decode_reply(const std::vector<std::uint8_t>& bytes) {
   return p;
 }
 
+template <>
+SlotDigest decode_reply(const std::vector<std::uint8_t>& bytes) {
+  const auto* r = reply_message(bytes, wire::Body::SlotDigestReply)->body_as_SlotDigestReply();
+  return SlotDigest{r->parameters(), r->optimizer(), r->step()};
+}
+
 // publish, save and load all answer with one number.
 template <>
 std::uint64_t decode_reply(const std::vector<std::uint8_t>& bytes) {
@@ -140,6 +146,7 @@ template class Future<BackboneInfo>;
 template class Future<SftResult>;
 template class Future<Prediction>;
 template class Future<std::uint64_t>;
+template class Future<SlotDigest>;
 
 // ---- Client ----
 

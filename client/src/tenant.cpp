@@ -47,6 +47,13 @@ BackboneInfo Client::register_tenant(const TenantSpec& spec) {
   return Future<BackboneInfo>(state_.get(), id).get();
 }
 
+BackboneInfo Client::backbone() {
+  const auto id = state_->submit(wire::Body::BackboneRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateBackboneRequest(fbb).Union();
+  });
+  return Future<BackboneInfo>(state_.get(), id).get();
+}
+
 Future<SftResult> Client::sft_step_async(const Observation& obs, const Tensor& actions) {
   const auto id = state_->submit(wire::Body::SftStepRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
     auto o = observation(fbb, obs);
@@ -73,6 +80,13 @@ std::uint64_t Client::publish() {
     return wire::CreatePublishRequest(fbb).Union();
   });
   return Future<std::uint64_t>(state_.get(), id).get();
+}
+
+SlotDigest Client::slot_digest() {
+  const auto id = state_->submit(wire::Body::SlotDigestRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateSlotDigestRequest(fbb).Union();
+  });
+  return Future<SlotDigest>(state_.get(), id).get();
 }
 
 std::uint64_t Client::save(const std::string& tag) {

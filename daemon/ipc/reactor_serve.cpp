@@ -98,6 +98,8 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
     case wire::Body::SftStepRequest:
     case wire::Body::PredictRequest:
     case wire::Body::PublishRequest:
+    case wire::Body::SlotDigestRequest:
+    case wire::Body::BackboneRequest:
     case wire::Body::SaveRequest:
     case wire::Body::LoadRequest:
       submit_model_work(s, req.request_id, req.type, message);

@@ -117,9 +117,14 @@ struct ModelService::Impl {
     const auto* msg = wire::GetMessage(w.message.data());
     if (w.type == wire::Body::RegisterRequest) return register_tenant(w, *msg->body_as_RegisterRequest());
     if (w.type == wire::Body::LoadRequest) return load(w, msg->body_as_LoadRequest()->tag()->str());
+    if (w.type == wire::Body::BackboneRequest) return reply(w, backbone_info(w.request_id));
     auto it = slots.find(w.tenant);
     if (it == slots.end()) return fail(w, wire::ErrorCode::NotRegistered, "register the tenant first");
     if (w.type == wire::Body::SaveRequest) return save(w, it->second, msg->body_as_SaveRequest()->tag()->str());
+    if (w.type == wire::Body::SlotDigestRequest) {
+      const auto d = it->second.trainer->digest();
+      return reply(w, replies.slot_digest(w.request_id, d.parameters, d.optimizer, static_cast<std::uint64_t>(d.step)));
+    }
     reply(w, replies.published(w.request_id, it->second.trainer->publish()));
   }
 
@@ -191,9 +196,14 @@ struct ModelService::Impl {
              "tenant=" + w.tenant + " head=" + spec.kind + " views=" + std::to_string(r.views()) +
                  " state_dim=" + std::to_string(spec.state_dim) + " action_dim=" + std::to_string(spec.action_dim) +
                  " chunk=" + std::to_string(spec.chunk));
-    reply(w, replies.registered(w.request_id, bb.name, static_cast<std::int32_t>(bb.image_size),
-                                static_cast<std::int32_t>(bb.max_views), static_cast<std::int32_t>(bb.max_tokens),
-                                static_cast<std::int32_t>(bb.dim)));
+    reply(w, backbone_info(w.request_id));
+  }
+
+  std::span<const std::uint8_t> backbone_info(std::uint64_t request_id) {
+    const auto& bb = backbone->config();
+    return replies.registered(request_id, bb.name, static_cast<std::int32_t>(bb.image_size),
+                              static_cast<std::int32_t>(bb.max_views), static_cast<std::int32_t>(bb.max_tokens),
+                              static_cast<std::int32_t>(bb.dim));
   }
 
   // Binds a tensor reference to the arena without copying; "" or the reason it does not fit.

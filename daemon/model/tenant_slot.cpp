@@ -137,6 +137,27 @@ torch::Tensor from_safetensor(const SafeTensor& st, const std::vector<std::int64
 
 }  // namespace
 
+TenantSlot::Digest TenantSlot::digest() const {
+  auto fnv = [](std::uint64_t h, const torch::Tensor& t) {
+    const auto c = t.detach().contiguous();
+    const auto* p = static_cast<const std::uint8_t*>(c.data_ptr());
+    for (std::size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+  };
+  constexpr std::uint64_t kBasis = 14695981039346656037ull;
+  Digest d{kBasis, kBasis, steps_};
+  auto& state = optimizer_->state();
+  for (const auto& item : head_->named_parameters()) {
+    d.parameters = fnv(d.parameters, item.value());
+    auto it = state.find(state_key(state, item.value()));
+    if (it == state.end()) continue;
+    const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
+    d.optimizer = fnv(fnv(d.optimizer, st.exp_avg()), st.exp_avg_sq());
+    d.optimizer = (d.optimizer ^ static_cast<std::uint64_t>(st.step())) * 1099511628211ull;
+  }
+  return d;
+}
+
 void TenantSlot::save(const std::string& path, const nlohmann::json& extra) const {
   SafeTensorsFile f;
   auto params = head_->named_parameters();

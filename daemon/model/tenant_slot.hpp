@@ -62,6 +62,14 @@ class TenantSlot {
   struct Loaded;
   static Loaded load(const std::string& path, std::int64_t feature_dim);
 
+  // FNV-1a fingerprints of the parameters and of the optimizer state (AdamW moments and step
+  // counts): evaluation must leave both bitwise unchanged.
+  struct Digest {
+    std::uint64_t parameters = 0, optimizer = 0;
+    std::int64_t step = 0;
+  };
+  Digest digest() const;
+
   ActionHead& head() { return *head_; }
   std::int64_t steps() const { return steps_; }
 

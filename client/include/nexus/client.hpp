@@ -96,6 +96,9 @@ class Client {
   // ---- the model (nexus/tenant.hpp) ----
   // Creates (or replaces) this tenant's slot: head, optimizer, data schema.
   BackboneInfo register_tenant(const TenantSpec& spec);
+  // The resident backbone's geometry, without registering (for example to evaluate a slot that
+  // an earlier attachment trained).
+  BackboneInfo backbone();
   // One SFT step on a batch; actions float32 [n, chunk, action_dim] in the arena.
   Future<SftResult> sft_step_async(const Observation& obs, const Tensor& actions);
   SftResult sft_step(const Observation& obs, const Tensor& actions);
@@ -104,6 +107,8 @@ class Client {
   Prediction predict(const Observation& obs, std::uint64_t version = 0);
   // Freezes the head's current parameters as a new version; returns it.
   std::uint64_t publish();
+  // Fingerprints of this tenant's head parameters and optimizer state, and its step count.
+  SlotDigest slot_digest();
   // Checkpoints in the daemon's state directory, under this tenant, by tag ([A-Za-z0-9._-]).
   // save() returns the step saved; load() replaces the slot (head, optimizer, RNG, step) and
   // returns its step.

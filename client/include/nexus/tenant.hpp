@@ -54,6 +54,13 @@ struct Observation {
   const Tensor* state = nullptr;  // when the head has state_dim > 0
 };
 
+struct SlotDigest {
+  std::uint64_t parameters = 0;  // FNV-1a over the head's parameters
+  std::uint64_t optimizer = 0;   // ... over the optimizer state (AdamW moments, step counts)
+  std::uint64_t step = 0;
+  bool operator==(const SlotDigest&) const = default;
+};
+
 struct SftResult {
   double loss = 0;
   double grad_norm = 0;

@@ -55,6 +55,13 @@ std::span<const std::uint8_t> ReplyBuilder::predict(std::uint64_t request_id, st
   return finish(request_id, wire::Body::PredictReply, wire::CreatePredictReply(fbb_, a, s).Union());
 }
 
+std::span<const std::uint8_t> ReplyBuilder::slot_digest(std::uint64_t request_id, std::uint64_t parameters,
+                                                       std::uint64_t optimizer, std::uint64_t step) {
+  fbb_.Clear();
+  return finish(request_id, wire::Body::SlotDigestReply,
+                wire::CreateSlotDigestReply(fbb_, parameters, optimizer, step).Union());
+}
+
 std::span<const std::uint8_t> ReplyBuilder::published(std::uint64_t request_id, std::uint64_t version) {
   fbb_.Clear();
   return finish(request_id, wire::Body::PublishReply, wire::CreatePublishReply(fbb_, version).Union());

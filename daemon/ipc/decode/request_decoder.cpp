@@ -60,6 +60,8 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
         return error(id, wire::ErrorCode::BadMessage, "RegisterRequest needs a head with a kind");
       return req;
     case wire::Body::PublishRequest:
+    case wire::Body::SlotDigestRequest:
+    case wire::Body::BackboneRequest:
       return req;
     case wire::Body::SaveRequest:
     case wire::Body::LoadRequest: {
