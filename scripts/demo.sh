@@ -9,6 +9,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bin=$here/build/release
 weights=$here/build/weights/backbone-tiny.safetensors
 steps=${NEXUS_DEMO_STEPS:-300}
+demo_steps=${NEXUS_DEMO_REACH_STEPS:-2000}
 run=$(mktemp -d /tmp/nexus-demo-XXXXXX)
 chmod 755 "$run"
 sock=$run/nexusd.sock
@@ -24,7 +25,11 @@ echo "== starting nexusd: tiny backbone, pretrained weights $weights"
 daemon_pid=$!
 for _ in $(seq 200); do "$bin/client/nexusctl" -s "$sock" status >/dev/null 2>&1 && break; sleep 0.05; done
 
-echo "== four tenants train at once ($steps SFT steps of 16 demonstrations each, synthetic reach task)"
+echo "== recording 200 demonstrations of the MuJoCo reach task from its scripted expert"
+"$bin/client/nexusctl" dataset record --task reach --episodes 200 --out "$run/reach.hdf5"
+
+echo "== five tenants train at once: four on the synthetic reach task ($steps SFT steps of 16),"
+echo "   erin on the recorded MuJoCo demonstrations ($demo_steps steps of 32)"
 pids=()
 for job in alice:mlp_chunk:1 bob:flow:2 carol:gaussian:3 dave:mlp_chunk:4; do
   IFS=: read -r name head seed <<<"$job"
@@ -32,6 +37,9 @@ for job in alice:mlp_chunk:1 bob:flow:2 carol:gaussian:3 dave:mlp_chunk:4; do
     --report-every 50 >"$run/$name.json" &
   pids+=($!)
 done
+"$bin/examples/sft_demos_tenant" -s "$sock" -t erin --dataset "$run/reach.hdf5" --steps "$demo_steps" \
+  --batch 32 --report-every 500 >"$run/erin.json" &
+pids+=($!)
 sleep 3
 echo "== nexusctl status (while they train)"
 "$bin/client/nexusctl" -s "$sock" status
@@ -44,6 +52,14 @@ for path in sys.argv[1:]:
     r = json.load(open(path))
     print(f"{r['tenant']:8} {r['head']:10} {r['first_loss']:10.4f} -> {r['last_loss']:8.4f} "
           f"{r['heldout_l1']:12.4f} {r['baseline_l1']:9.4f} {r['improvement']:11.1f}x")
+PY
+echo "== erin's published policy in the simulator: 50 new reach episodes, read-only"
+"$bin/examples/eval_tenant" -s "$sock" -t erin --task reach --episodes 50 --version 1 >"$run/erin-eval.json"
+python3 - "$run/erin-eval.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"reach success {100 * r['success_rate']:.0f}% (an untrained head: 0%), mean return {r['mean_return']:.2f}; "
+      f"parameters and optimizer state unchanged by the evaluation: {r['unchanged']}")
 PY
 echo "== grouping"
 "$bin/client/nexusctl" -s "$sock" status | grep backbone

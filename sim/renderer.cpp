@@ -47,6 +47,7 @@ Renderer::~Renderer() {
   }
   mjr_freeContext(&s_->gl);
   mjv_freeScene(&s_->scene);
+  OSMesaMakeCurrent(nullptr, nullptr, 0, 0, 0);  // releases the framebuffer MakeCurrent made
   OSMesaDestroyContext(s_->context);
 }
 
