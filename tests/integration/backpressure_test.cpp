@@ -22,7 +22,7 @@ nexus::ClientOptions small_ring(const std::string& socket, const char* name, boo
 
 }  // namespace
 
-TEST_CASE("a full request ring blocks or says WouldBlock, by option; never overwrites", "[integration]") {
+TEST_CASE("a full request ring blocks or says WouldBlock, by option, never overwrites", "[integration]") {
   Daemon daemon;
   std::vector<std::uint8_t> payload(32, 9);
   SECTION("WouldBlock while the daemon cannot drain") {

@@ -31,7 +31,7 @@ std::pair<int, nlohmann::json> run(const std::vector<std::string>& argv, const T
 
 }  // namespace
 
-TEST_CASE("recorded reach demonstrations train a head through nexusd; evaluation lifts success and changes nothing",
+TEST_CASE("recorded reach demonstrations train a head through nexusd, evaluation lifts success and changes nothing",
           "[integration][model][sim][datasets]") {
   TempDir dir;
   const std::string file = dir.path + "/reach.hdf5";

@@ -103,7 +103,7 @@ TEST_CASE("a tenant's loss trajectory alone and grouped with three others is the
   CHECK(worst <= 1e-4);  // default mode
 }
 
-TEST_CASE("deterministic mode: a tenant's losses are bitwise the same alone and grouped; one pass per request",
+TEST_CASE("deterministic mode: a tenant's losses are bitwise the same alone and grouped, one pass per request",
           "[integration][model][equivalence][deterministic]") {
   const std::vector<std::string> det = {"--deterministic"};
   const auto alone = run_jobs({{"alice", "mlp_chunk", 1}}, 100, nullptr, det);
@@ -152,7 +152,7 @@ TEST_CASE("deterministic mode: a tenant sending NaN batches leaves the others' l
   }
 }
 
-TEST_CASE("8 tenant processes train at once; each one's checkpoint resumes bitwise in a fresh slot",
+TEST_CASE("8 tenant processes train at once, each one's checkpoint resumes bitwise in a fresh slot",
           "[integration][model][checkpoint][deterministic]") {
   std::vector<Job> jobs;
   const char* heads[] = {"mlp_chunk", "flow", "gaussian"};

@@ -58,7 +58,7 @@ TEST_CASE("group pack (CPU reference) is bitwise the backbone's cat + convert + 
   CHECK(torch::equal(out, c.libtorch_reference()));
 }
 
-TEST_CASE("partition scatter (CPU reference) copies each target's rows; refuses overlaps and overruns",
+TEST_CASE("partition scatter (CPU reference) copies each target's rows, refuses overlaps and overruns",
           "[kernels]") {
   auto features = torch::randn({10, 6});
   std::vector<torch::Tensor> outs = {torch::zeros({4, 6}), torch::zeros({1, 6}), torch::zeros({3, 6})};

@@ -70,7 +70,7 @@ TEST_CASE("backbone: deterministic init, frozen, VLAFeature shapes, checked inpu
   CHECK(n < 30'000'000);
 }
 
-TEST_CASE("weights round-trip through safetensors; bad files are refused", "[model]") {
+TEST_CASE("weights round-trip through safetensors, bad files are refused", "[model]") {
   test::TempDir dir;
   const auto c = *model::named_backbone("tiny");
   model::VLABackbone a(c);

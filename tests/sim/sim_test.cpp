@@ -36,7 +36,7 @@ TEST_CASE("the scripted experts succeed on at least 95% of episodes", "[sim]") {
   CHECK(push >= 0.95);
 }
 
-TEST_CASE("a reset is a function of its seed; episodes end at success or the limit", "[sim]") {
+TEST_CASE("a reset is a function of its seed, episodes end at success or the limit", "[sim]") {
   for (const std::string name : {"reach", "push"}) {
     auto a = make_task(name), b = make_task(name);
     a->reset(42);

@@ -19,7 +19,7 @@ TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[con
   CHECK(c.deterministic == defaults.deterministic);
 }
 
-TEST_CASE("config values override defaults; bad ones are refused with the key named", "[config]") {
+TEST_CASE("config values override defaults, bad ones are refused with the key named", "[config]") {
   nexus::test::TempDir dir;
   const std::string path = dir.path + "/c.toml";
   std::ofstream(path) << "[daemon]\nsocket = \"/tmp/x.sock\"\nspin_us = 0\nmax_tenants = 3\n"
