@@ -9,7 +9,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 bin=$here/build/release
 weights=$here/build/weights/backbone-tiny.safetensors
 steps=${NEXUS_DEMO_STEPS:-300}
-demo_steps=${NEXUS_DEMO_REACH_STEPS:-2000}
+demo_steps=${NEXUS_DEMO_REACH_STEPS:-3000}
 run=$(mktemp -d /tmp/nexus-demo-XXXXXX)
 chmod 755 "$run"
 sock=$run/nexusd.sock
@@ -59,7 +59,7 @@ python3 - "$run/erin-eval.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"reach success {100 * r['success_rate']:.0f}% (an untrained head: 0%), mean return {r['mean_return']:.2f}; "
-      f"parameters and optimizer state unchanged by the evaluation: {r['unchanged']}")
+      f"parameters and optimizer state unchanged by the evaluation: {'yes' if r['unchanged'] else 'NO'}")
 PY
 echo "== grouping"
 "$bin/client/nexusctl" -s "$sock" status | grep backbone
