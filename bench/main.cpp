@@ -1,8 +1,10 @@
 // nexus-bench: benchmarks whose figures are measured side by side in one run.
 //   nexus-bench ipc [--json]    shm ring round trips (spin, block) vs a Unix-socket baseline
 //   nexus-bench group [--json]  shared backbone passes: grouped vs serial, daemon vs in-process
+//   nexus-bench env [--json]    simulator steps/s with rendering; rollouts grouped vs serial
 #include <CLI/CLI.hpp>
 
+#include "env.hpp"
 #include "group.hpp"
 
 namespace nexus::bench {
@@ -26,6 +28,14 @@ int main(int argc, char** argv) {
   ipc_cmd->add_option("--block-round-trips", ipc.block_round_trips, "timed round trips with blocking waits and over the Unix socket");
   ipc_cmd->add_flag("--json", ipc.json, "last line: one JSON object of figures");
   ipc_cmd->add_option("--nexusd", ipc.nexusd, "nexusd binary to start");
+  nexus::bench::EnvOptions env;
+  auto* env_cmd = app.add_subcommand("env", "simulator steps/s with rendering; rollouts grouped vs serial through nexusd");
+  env_cmd->add_option("--tenants", env.tenants, "tenant counts")->delimiter(',');
+  env_cmd->add_option("--sessions", env.sessions, "reach sessions per tenant");
+  env_cmd->add_option("--steps", env.steps, "timed rollout steps per tenant");
+  env_cmd->add_option("--sim-steps", env.sim_steps, "steps for the per-core simulator figures");
+  env_cmd->add_option("--backbone", env.backbone, "tiny or small (seeded weights)");
+  env_cmd->add_flag("--json", env.json, "last line: one JSON object of figures");
 #ifdef NEXUS_BENCH_WITH_GROUP
   nexus::bench::GroupOptions group;
   group.python = NEXUS_BENCH_PYTHON;
@@ -41,6 +51,8 @@ int main(int argc, char** argv) {
 #endif
   CLI11_PARSE(app, argc, argv);
   if (ipc_cmd->parsed()) return nexus::bench::run_ipc(ipc);
+  env.nexusd = ipc.nexusd;
+  if (env_cmd->parsed()) return nexus::bench::run_env(env);
 #ifdef NEXUS_BENCH_WITH_GROUP
   group.nexusd = ipc.nexusd;
   if (group_cmd->parsed()) return nexus::bench::run_group(group);

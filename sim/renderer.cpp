@@ -34,6 +34,12 @@ Renderer::Renderer(const mjModel* model, int size) : s_(std::make_unique<State>(
   mjv_defaultCamera(&s_->camera);
   mjr_defaultContext(&s_->gl);
   mjv_makeScene(model, &s_->scene, 200);
+  // No shadow maps, reflections or skybox: the tasks light the table with the headlight alone
+  // (which casts no shadow) and the camera sees only the table, so the frames are the same, and
+  // in software rendering the shadow pass alone cost most of a frame.
+  s_->scene.flags[mjRND_SHADOW] = 0;
+  s_->scene.flags[mjRND_REFLECTION] = 0;
+  s_->scene.flags[mjRND_SKYBOX] = 0;
   mjr_makeContext(model, &s_->gl, mjFONTSCALE_100);
   mjr_setBuffer(mjFB_OFFSCREEN, &s_->gl);
   s_->flipped.resize(static_cast<std::size_t>(size) * size * 3);

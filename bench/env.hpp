@@ -1,0 +1,21 @@
+// nexus-bench env: simulator steps per second with rendering, and rollout throughput with RL-style
+// tenants grouped vs serial through nexusd.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace nexus::bench {
+
+struct EnvOptions {
+  std::vector<int> tenants = {1, 2, 4};
+  int sessions = 8;       // simulated sessions per tenant
+  int steps = 40;         // timed rollout steps per tenant (after one warm-up step)
+  int sim_steps = 400;    // single-session steps for the per-core figures
+  std::string backbone = "tiny";
+  bool json = false;
+  std::string nexusd;
+};
+
+int run_env(const EnvOptions& options);
+
+}  // namespace nexus::bench
