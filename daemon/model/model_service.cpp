@@ -301,6 +301,14 @@ struct ModelService::Impl {
       return;
     }
     const auto t1 = Clock::now();
+    {
+      // Counted before any reply goes out: a tenant that has its answer sees it in the status.
+      std::lock_guard lk(stats_mu);
+      stats.groups += 1;
+      stats.grouped_requests += bound.size();
+      stats.samples += static_cast<std::uint64_t>(samples);
+      stats.backbone_seconds += std::chrono::duration<double>(t1 - t0).count();
+    }
 
     // Partition: each request gets narrow() views of the group's features, no copy.
     std::int64_t offset = 0;
@@ -310,13 +318,8 @@ struct ModelService::Impl {
       offset += b.n;
       run_head(b, f);
     }
-    const auto t2 = Clock::now();
     std::lock_guard lk(stats_mu);
-    stats.groups += 1;
-    stats.grouped_requests += bound.size();
-    stats.samples += static_cast<std::uint64_t>(samples);
-    stats.backbone_seconds += std::chrono::duration<double>(t1 - t0).count();
-    stats.head_seconds += std::chrono::duration<double>(t2 - t1).count();
+    stats.head_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
   }
 
   // A head's failure is its tenant's alone: typed error, the group's others go on.
