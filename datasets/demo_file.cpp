@@ -271,6 +271,8 @@ class Reader {
   }
   Object child(hid_t loc, const std::string& loc_path, const std::string& name, H5I_type_t kind) const;
   std::optional<Array> array(hid_t loc, const std::string& loc_path, const std::string& name) const;
+  struct OpenAttr;  // an attribute with its type and dataspace, opened and checked readable
+  std::optional<OpenAttr> open_attr(hid_t obj, const std::string& at, const char* name) const;
   std::optional<std::string> string_attr(hid_t obj, const std::string& where, const char* name) const;
   std::optional<std::int64_t> int_attr(hid_t obj, const std::string& where, const char* name) const;
   void parse_env_args(hid_t data, DatasetMeta& meta, Widths& w) const;
@@ -341,9 +343,13 @@ std::optional<Array> Reader::array(hid_t loc, const std::string& loc_path, const
   return a;
 }
 
-// An absent attribute is nullopt; one that is there but not a single string is an error.
-std::optional<std::string> Reader::string_attr(hid_t obj, const std::string& where, const char* name) const {
-  const std::string at = where + " attribute " + name;
+struct Reader::OpenAttr {
+  Attr attr;
+  Type type;
+  Space space;
+};
+
+std::optional<Reader::OpenAttr> Reader::open_attr(hid_t obj, const std::string& at, const char* name) const {
   const htri_t exists = H5Aexists(obj, name);
   if (exists < 0) fail(at, "unreadable" + h5_why());
   if (exists == 0) return std::nullopt;
@@ -351,6 +357,17 @@ std::optional<std::string> Reader::string_attr(hid_t obj, const std::string& whe
   Type t(a.valid() ? H5Aget_type(a.get()) : H5I_INVALID_HID);
   Space s(a.valid() ? H5Aget_space(a.get()) : H5I_INVALID_HID);
   if (!t.valid() || !s.valid()) fail(at, "unreadable" + h5_why());
+  return OpenAttr{std::move(a), std::move(t), std::move(s)};
+}
+
+// An absent attribute is nullopt; one that is there but not a single string is an error.
+std::optional<std::string> Reader::string_attr(hid_t obj, const std::string& where, const char* name) const {
+  const std::string at = where + " attribute " + name;
+  auto opened = open_attr(obj, at, name);
+  if (!opened) return std::nullopt;
+  const Attr& a = opened->attr;
+  const Type& t = opened->type;
+  const Space& s = opened->space;
   if (H5Tget_class(t.get()) != H5T_STRING || H5Sget_simple_extent_npoints(s.get()) != 1)
     fail(at, "expected one string, got " + type_name(t.get()));
   if (H5Tis_variable_str(t.get()) > 0) {
@@ -376,13 +393,11 @@ std::optional<std::string> Reader::string_attr(hid_t obj, const std::string& whe
 
 std::optional<std::int64_t> Reader::int_attr(hid_t obj, const std::string& where, const char* name) const {
   const std::string at = where + " attribute " + name;
-  const htri_t exists = H5Aexists(obj, name);
-  if (exists < 0) fail(at, "unreadable" + h5_why());
-  if (exists == 0) return std::nullopt;
-  Attr a(H5Aopen(obj, name, H5P_DEFAULT));
-  Type t(a.valid() ? H5Aget_type(a.get()) : H5I_INVALID_HID);
-  Space s(a.valid() ? H5Aget_space(a.get()) : H5I_INVALID_HID);
-  if (!t.valid() || !s.valid()) fail(at, "unreadable" + h5_why());
+  auto opened = open_attr(obj, at, name);
+  if (!opened) return std::nullopt;
+  const Attr& a = opened->attr;
+  const Type& t = opened->type;
+  const Space& s = opened->space;
   // An enum too: h5py stores a numpy bool as enum {FALSE, TRUE}, which libhdf5 converts to int.
   const H5T_class_t cls = H5Tget_class(t.get());
   if ((cls != H5T_INTEGER && cls != H5T_ENUM) || H5Sget_simple_extent_npoints(s.get()) != 1)

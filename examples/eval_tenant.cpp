@@ -41,9 +41,10 @@ int main(int argc, char** argv) {
     std::vector<double> returns(envs.size(), 0.0);
     for (int t = 0;; ++t) {
       bool live = false;
-      for (std::int64_t i = 0; i < n; ++i) {  // finished episodes keep their last frame: ignored below
+      for (std::int64_t i = 0; i < n; ++i) {  // finished episodes keep their rows: ignored below
         auto& env = *envs[static_cast<std::size_t>(i)];
-        live |= !env.done();
+        if (env.done()) continue;
+        live = true;
         env.render(images.raw().data() + i * bb.image_size * bb.image_size * 3);
         nexus::tokenize(env.instruction(), tokens, mask, i);
         const auto p = env.proprio();

@@ -10,7 +10,6 @@
 namespace nexus::sim {
 namespace {
 
-constexpr double kSuccessRadius = 0.03;
 constexpr double kContact = 0.025 + 0.014;  // block radius + fingertip radius
 
 class Push : public Task {
@@ -90,21 +89,11 @@ class Push : public Task {
     }
     set_arm(shoulder, elbow);
     instruction_ = "push the red block onto the green goal";
-    last_distance_ = -1;
   }
 
-  StepResult evaluate() override {
-    const double d = distance(body_xy("block"), goal_);
-    StepResult r;
-    if (last_distance_ >= 0) r.reward = static_cast<float>(10.0 * (last_distance_ - d));
-    r.success = d < kSuccessRadius;
-    if (r.success) r.reward += 1.0f;
-    last_distance_ = d;
-    return r;
-  }
+  StepResult evaluate() override { return progress(distance(body_xy("block"), goal_)); }
 
   Point goal_;
-  double last_distance_ = -1;
 };
 
 }  // namespace

@@ -13,7 +13,6 @@ namespace {
 
 constexpr std::array<const char*, 3> kBodies = {"ball_red", "ball_green", "ball_blue"};
 constexpr std::array<const char*, 3> kColours = {"red", "green", "blue"};
-constexpr double kSuccessRadius = 0.03;
 
 class Reach : public Task {
  public:
@@ -52,21 +51,11 @@ class Reach : public Task {
     }
     set_arm(shoulder, elbow);
     instruction_ = std::string("reach the ") + kColours[target] + " ball";
-    last_distance_ = -1;
   }
 
-  StepResult evaluate() override {
-    const double d = distance(tip(), target_);
-    StepResult r;
-    if (last_distance_ >= 0) r.reward = static_cast<float>(10.0 * (last_distance_ - d));
-    r.success = d < kSuccessRadius;
-    if (r.success) r.reward += 1.0f;
-    last_distance_ = d;
-    return r;
-  }
+  StepResult evaluate() override { return progress(distance(tip(), target_)); }
 
   Point target_;
-  double last_distance_ = -1;
 };
 
 }  // namespace

@@ -16,6 +16,7 @@ namespace {
 
 constexpr double kTipStep = 0.015;   // metres of fingertip motion per unit action per step
 constexpr double kElbowLimit = 2.9;  // the MJCF's elbow range
+constexpr double kSuccessRadius = 0.03;  // both tasks: within 3 cm of the goal
 constexpr double kUpper = 0.13, kFore = 0.12;
 constexpr double kWorkspace = 0.25;  // proprio positions in units of the arm's reach (order 1)  // the MJCF's link lengths (shoulder-elbow, elbow-tip)
 
@@ -96,6 +97,7 @@ void Task::reset(std::uint64_t seed) {
   mj_resetData(sim_->model, sim_->data);
   steps_ = 0;
   done_ = success_ = false;
+  last_distance_ = -1;
   place(seed);
   mj_forward(sim_->model, sim_->data);
   evaluate();  // lets a task record its starting distances
@@ -137,6 +139,15 @@ StepResult Task::step(std::span<const float> action) {
   success_ = r.success;
   r.done = r.success || steps_ >= max_steps_;
   done_ = r.done;
+  return r;
+}
+
+StepResult Task::progress(double distance) {
+  StepResult r;
+  if (last_distance_ >= 0) r.reward = static_cast<float>(10.0 * (last_distance_ - distance));
+  r.success = distance < kSuccessRadius;
+  if (r.success) r.reward += 1.0f;
+  last_distance_ = distance;
   return r;
 }
 

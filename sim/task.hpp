@@ -66,8 +66,11 @@ class Task {
   Task(std::string name, const char* mjcf, const TaskOptions& options, int default_max_steps, int substeps);
   // Places the episode's objects and sets instruction_ (rng seeded by reset()).
   virtual void place(std::uint64_t seed) = 0;
-  // Reward and success after a step.
+  // Reward and success after a step (and once after reset, to set the starting distance).
   virtual StepResult evaluate() = 0;
+  // The tasks' shared reward: 10 x this step's progress in `distance` (metres to the goal), +1
+  // on success (within 3 cm).
+  StepResult progress(double distance);
 
   // Fingertip position (x, y) and helpers for subclasses.
   std::pair<double, double> tip() const;
@@ -84,6 +87,7 @@ class Task {
   int image_size_, max_steps_, substeps_;
   int steps_ = 0;
   bool done_ = false, success_ = false;
+  double last_distance_ = -1;  // before the first evaluate() of an episode: none
 };
 
 // "reach" or "push"; throws TaskError for other names.

@@ -3,7 +3,6 @@
 // simulator, read-only. (A small budget for CI; the demo script prints the full figure.)
 #include <catch2/catch.hpp>
 
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -13,12 +12,6 @@
 using namespace nexus::test;
 
 namespace {
-
-std::string weights() {
-  const std::string path = std::string(NEXUS_TEST_WEIGHTS_DIR) + "/backbone-tiny.safetensors";
-  if (!std::filesystem::exists(path)) FAIL(path << " is missing: scripts/setup.sh pretrains it");
-  return path;
-}
 
 // Runs a program to completion; its exit code and its stdout's last line as JSON (or null).
 std::pair<int, nlohmann::json> run(const std::vector<std::string>& argv, const TempDir& dir, const std::string& tag) {
@@ -43,7 +36,7 @@ TEST_CASE("recorded reach demonstrations train a head through nexusd, evaluation
   CHECK(info["successes"] == 100);
   CHECK(info["state_dim"] == 4);
 
-  Daemon daemon({"--weights", weights(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
   auto sft = [&](const std::string& tenant, int steps) {
     return run({NEXUS_TEST_SFT_DEMOS_TENANT, "--socket", daemon.socket(), "--tenant", tenant, "--dataset", file,
                 "--steps", std::to_string(steps), "--batch", "32", "--report-every", "0"},
@@ -72,7 +65,7 @@ TEST_CASE("a broken demonstration file is a clear error for its tenant, and nexu
   TempDir dir;
   const std::string garbage = dir.path + "/garbage.hdf5";
   std::ofstream(garbage) << "this is not an HDF5 file";
-  Daemon daemon({"--weights", weights(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
   const auto [rc, out] = run({NEXUS_TEST_SFT_DEMOS_TENANT, "--socket", daemon.socket(), "--tenant", "careless",
                               "--dataset", garbage, "--steps", "5"},
                              dir, "garbage");

@@ -12,12 +12,6 @@ using namespace nexus::test;
 
 namespace {
 
-std::string weights() {
-  const std::string path = std::string(NEXUS_TEST_WEIGHTS_DIR) + "/backbone-tiny.safetensors";
-  if (!std::filesystem::exists(path)) FAIL(path << " is missing: scripts/setup.sh pretrains it");
-  return path;
-}
-
 struct Job {
   std::string name, head;
   std::uint64_t seed;
@@ -31,7 +25,7 @@ std::map<std::string, nlohmann::json> run_jobs(const std::vector<Job>& jobs, int
                                                nexus::DaemonStatus* status_after = nullptr,
                                                std::vector<std::string> daemon_flags = {}) {
   TempDir out;
-  std::vector<std::string> args = {"--weights", weights(), "--log-level", "warn", "--state-dir", out.path + "/state"};
+  std::vector<std::string> args = {"--weights", tiny_weights_path(), "--log-level", "warn", "--state-dir", out.path + "/state"};
   args.insert(args.end(), daemon_flags.begin(), daemon_flags.end());
   Daemon daemon(args);
   std::vector<pid_t> pids;
@@ -173,7 +167,7 @@ TEST_CASE("8 tenant processes train at once, each one's checkpoint resumes bitwi
 
 TEST_CASE("model requests fail with typed errors: unregistered, bad batch, unknown version, bad head",
           "[integration][model]") {
-  Daemon daemon({"--weights", weights(), "--log-level", "warn"});
+  Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn"});
   auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "careful"});
   auto img = c->alloc(nexus::DType::UInt8, {2, 1, 64, 64, 3});
   auto tok = c->alloc(nexus::DType::Int32, {2, 32});
@@ -219,7 +213,7 @@ TEST_CASE("model requests fail with typed errors: unregistered, bad batch, unkno
 TEST_CASE("a checkpoint reloaded into a fresh slot gives the uninterrupted run's next-step loss",
           "[integration][model][checkpoint]") {
   TempDir state;
-  Daemon daemon({"--weights", weights(), "--state-dir", state.path, "--log-level", "warn"});
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", state.path, "--log-level", "warn"});
   for (const std::string kind : {"mlp_chunk", "flow"}) {  // flow also draws from the slot's RNG
     const std::string name = "ckpt-" + kind;
     auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = name});

@@ -6,10 +6,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <filesystem>
 
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/tenant_slot.hpp"
+#include "processes.hpp"
 #include "synth/scenes.hpp"
 
 using namespace nexus;
@@ -72,8 +72,7 @@ std::pair<double, double> train_and_eval(model::VLABackbone& backbone, const std
 }
 
 model::VLABackbone pretrained_tiny() {
-  const std::string path = std::string(NEXUS_TEST_WEIGHTS_DIR) + "/backbone-tiny.safetensors";
-  if (!std::filesystem::exists(path)) FAIL(path << " is missing: scripts/setup.sh pretrains it (nexus-pretrain)");
+  const std::string path = test::tiny_weights_path();
   model::VLABackbone b(*model::named_backbone("tiny"));
   model::load_weights(*b, path);
   b->freeze();

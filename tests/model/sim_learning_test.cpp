@@ -7,10 +7,10 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
-#include <filesystem>
 
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/tenant_slot.hpp"
+#include "processes.hpp"
 #include "sim/task.hpp"
 
 using namespace nexus;
@@ -117,8 +117,7 @@ double success_rate(model::VLABackbone& b, model::TenantSlot& slot, const std::s
 TEST_CASE("SFT on reach demonstrations lifts closed-loop success on the pretrained tiny backbone",
           "[model][sim][learning]") {
   torch::set_num_threads(2);
-  const std::string path = std::string(NEXUS_TEST_WEIGHTS_DIR) + "/backbone-tiny.safetensors";
-  if (!std::filesystem::exists(path)) FAIL(path << " is missing: scripts/setup.sh pretrains it");
+  const std::string path = test::tiny_weights_path();
   model::VLABackbone b(*model::named_backbone("tiny"));
   model::load_weights(*b, path);
   b->freeze();
