@@ -5,7 +5,7 @@
 
 namespace nexus {
 
-static_assert(static_cast<int>(ErrorCode::UnknownVersion) == static_cast<int>(wire::ErrorCode::MAX),
+static_assert(static_cast<int>(ErrorCode::JobFailed) == static_cast<int>(wire::ErrorCode::MAX),
               "nexus::ErrorCode mirrors nexus.fbs ErrorCode");
 static_assert(static_cast<int>(DType::Float64) == static_cast<int>(wire::DType::Float64),
               "nexus::DType mirrors nexus.fbs DType");
@@ -60,9 +60,7 @@ Tensor::~Tensor() {
 
 // ---- replies ----
 
-namespace {
-
-const wire::Message* reply_message(const std::vector<std::uint8_t>& bytes, wire::Body expected) {
+const wire::Message* detail::reply_message(const std::vector<std::uint8_t>& bytes, wire::Body expected) {
   const auto* msg = wire::GetMessage(bytes.data());  // verified by the progress engine
   if (msg->body() == nullptr) throw Error(ErrorCode::BadMessage, "reply without a body");
   if (msg->body_type() == wire::Body::Error)
@@ -71,6 +69,9 @@ const wire::Message* reply_message(const std::vector<std::uint8_t>& bytes, wire:
     throw Error(ErrorCode::WrongMessageType, std::string("expected ") + wire::EnumNameBody(expected));
   return msg;
 }
+
+namespace {
+using detail::reply_message;
 
 template <class T>
 T decode_reply(const std::vector<std::uint8_t>& bytes);

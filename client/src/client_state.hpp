@@ -63,4 +63,7 @@ struct ClientState {
   std::atomic<bool> gone_{false};
 };
 
+// The verified reply's message if it is of the expected type; throws the daemon's typed Error.
+const wire::Message* reply_message(const std::vector<std::uint8_t>& bytes, wire::Body expected);
+
 }  // namespace nexus::detail

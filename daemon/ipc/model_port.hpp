@@ -16,6 +16,10 @@
 
 namespace nexus::daemon {
 
+// Work the daemon gives itself (an RL job's rollout step or update), defined by the model
+// service; opaque here.
+struct InternalWork;
+
 struct ModelWork {
   std::uint64_t session_id = 0;
   std::string tenant;
@@ -25,6 +29,7 @@ struct ModelWork {
   std::shared_ptr<const TenantSegment> segment;      // keeps the client arena mapped
   std::shared_ptr<const std::atomic<bool>> alive;    // false once the tenant detached
   sched::Clock::time_point arrival{};
+  std::shared_ptr<InternalWork> internal;            // set for the daemon's own work: no message
 };
 
 struct ModelStats {

@@ -102,6 +102,11 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
     case wire::Body::BackboneRequest:
     case wire::Body::SaveRequest:
     case wire::Body::LoadRequest:
+    case wire::Body::EnvOpenRequest:
+    case wire::Body::EnvStepRequest:
+    case wire::Body::EnvCloseRequest:
+    case wire::Body::RlStartRequest:
+    case wire::Body::RlStatusRequest:
       submit_model_work(s, req.request_id, req.type, message);
       return;
     default:  // decode_request admits only the types above

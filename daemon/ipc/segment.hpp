@@ -29,6 +29,9 @@ class TenantSegment {
   void* request_ring() const { return base_ + layout_.request_ring_offset; }
   void* response_ring() const { return base_ + layout_.response_ring_offset; }
   const std::uint8_t* client_arena() const { return base_ + layout_.client_arena_offset; }
+  // Only for writing results the tenant asked for into its own arena (environment observations),
+  // at places checked against the arena's bounds.
+  std::uint8_t* client_arena_for_results() const { return base_ + layout_.client_arena_offset; }
 
  private:
   TenantSegment(int fd, std::uint8_t* base, const schema::SegmentLayout& layout)

@@ -5,20 +5,45 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
+
+#include "daemon/env/env_requests.hpp"
+#include "daemon/env/env_service.hpp"
+#include "daemon/rl/rl_job.hpp"
 
 #include "daemon/ipc/decode/reply_builder.hpp"
 #include "daemon/log/log_text.hpp"
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/tenant_slot.hpp"
 #include "daemon/model/torchscript_backbone.hpp"
+#include "schema/protocol.hpp"
 #include "schema/tensor_ref.hpp"
 
 namespace nexus::daemon {
+
+// The daemon's own work on the executor: an RL job's rollout step (grouped with the tenants'
+// requests like a PredictRequest) or a function on the tenant's slot (an update).
+struct InternalWork {
+  torch::Tensor images, tokens, mask, state;  // act
+  std::promise<rl::PolicyPort::Acted> acted;
+  std::function<void(model::TenantSlot&)> on_slot;  // slot work
+  std::promise<void> slot_done;
+  void fail(const std::string& why) {
+    auto e = std::make_exception_ptr(std::runtime_error(why));
+    if (on_slot) slot_done.set_exception(e); else acted.set_exception(e);
+  }
+};
+
 namespace {
+
+bool is_front_work(wire::Body t) {
+  return t == wire::Body::EnvOpenRequest || t == wire::Body::EnvStepRequest || t == wire::Body::EnvCloseRequest ||
+         t == wire::Body::RlStartRequest || t == wire::Body::RlStatusRequest;
+}
 
 using Clock = sched::Clock;
 
@@ -55,6 +80,7 @@ struct ModelService::Impl {
 
   // Rejects a request with a typed error reply.
   void fail(const ModelWork& w, wire::ErrorCode code, const std::string& reason) {
+    if (w.internal) return w.internal->fail(reason);
     log_text(LogLevel::Debug, "model_error",
              "tenant=" + w.tenant + " request=" + std::to_string(w.request_id) + " code=" +
                  wire::EnumNameErrorCode(code) + " reason=\"" + reason + "\"");
@@ -70,6 +96,10 @@ struct ModelService::Impl {
     v.batchable = batchable(w.type);
     v.arrival = w.arrival;
     v.samples = 1;
+    if (w.internal) {
+      if (v.batchable) v.samples = static_cast<std::uint32_t>(w.internal->images.size(0)), v.key = 1;
+      return v;
+    }
     if (v.batchable) {
       const auto* obs = observation_of(wire::GetMessage(w.message.data()));
       const auto* shape = obs && obs->images() ? obs->images()->shape() : nullptr;
@@ -114,6 +144,17 @@ struct ModelService::Impl {
 
   void run_single(ModelWork& w) {
     if (!w.alive->load()) return;
+    if (w.internal) {
+      auto it = slots.find(w.tenant);
+      if (it == slots.end()) return w.internal->fail("the tenant has no slot: register it first");
+      try {
+        w.internal->on_slot(*it->second.trainer);
+        w.internal->slot_done.set_value();
+      } catch (const std::exception& e) {
+        w.internal->fail(e.what());
+      }
+      return;
+    }
     const auto* msg = wire::GetMessage(w.message.data());
     if (w.type == wire::Body::RegisterRequest) return register_tenant(w, *msg->body_as_RegisterRequest());
     if (w.type == wire::Body::LoadRequest) return load(w, msg->body_as_LoadRequest()->tag()->str());
@@ -255,13 +296,19 @@ struct ModelService::Impl {
       if (!w.alive->load()) continue;  // detached meanwhile: cancelled, nobody to answer
       Bound b;
       b.work = &w;
-      b.msg = wire::GetMessage(w.message.data());
       auto it = slots.find(w.tenant);
       if (it == slots.end()) {
         fail(w, wire::ErrorCode::NotRegistered, "register the tenant (head and data schema) first");
         continue;
       }
       b.slot = &it->second;
+      if (w.internal) {  // the daemon's own tensors: shaped by the RL job for this backbone
+        b.images = w.internal->images, b.tokens = w.internal->tokens, b.mask = w.internal->mask;
+        b.state = w.internal->state, b.n = b.images.size(0);
+        bound.push_back(std::move(b));
+        continue;
+      }
+      b.msg = wire::GetMessage(w.message.data());
       if (auto e = bind_request(b); !e.empty()) {
         fail(w, wire::ErrorCode::BadBatch, e);
         continue;
@@ -325,6 +372,15 @@ struct ModelService::Impl {
   // A head's failure is its tenant's alone: typed error, the group's others go on.
   void run_head(Bound& b, const model::VLAFeature& f) {
     const ModelWork& w = *b.work;
+    if (w.internal) {
+      try {
+        auto a = b.slot->trainer->act(f, b.state);
+        w.internal->acted.set_value({f.pooled.clone(), a.actions, a.log_prob, a.version});
+      } catch (const std::exception& e) {
+        w.internal->fail(e.what());
+      }
+      return;
+    }
     try {
       if (b.msg->body_type() == wire::Body::SftStepRequest) {
         const auto r = b.slot->trainer->sft_step(f, b.state, b.actions);
@@ -344,6 +400,138 @@ struct ModelService::Impl {
     }
   }
 
+  // ---- internal work: what RL jobs ask of the executor ----
+  void submit_internal(const std::string& tenant, std::shared_ptr<InternalWork> work, bool act) {
+    static const auto always = std::make_shared<const std::atomic<bool>>(true);
+    ModelWork w;
+    w.tenant = tenant;
+    w.type = act ? wire::Body::PredictRequest : wire::Body::NONE;
+    w.alive = always;
+    w.arrival = Clock::now();
+    w.internal = std::move(work);
+    {
+      std::lock_guard lk(mu);
+      queue.push_back(std::move(w));
+    }
+    cv.notify_one();
+  }
+
+  // ---- the front desk: Environment Service messages and RL jobs, off the executor ----
+  void run_front() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lk(front_mu);
+        front_cv.wait(lk, [&] { return front_stop || !front_queue.empty(); });
+        if (front_queue.empty()) return;
+        task = std::move(front_queue.front());
+        front_queue.pop_front();
+      }
+      task();
+    }
+  }
+  void post_front(std::function<void()> task) {
+    {
+      std::lock_guard lk(front_mu);
+      front_queue.push_back(std::move(task));
+    }
+    front_cv.notify_one();
+  }
+
+  void handle_front(ModelWork& w) {
+    if (!w.alive->load()) return;
+    if (w.type == wire::Body::RlStartRequest) return start_job(w, *wire::GetMessage(w.message.data())->body_as_RlStartRequest());
+    if (w.type == wire::Body::RlStatusRequest) return job_status(w, wire::GetMessage(w.message.data())->body_as_RlStatusRequest()->stop());
+    auto bytes = env::handle_env_request(envs, w, static_cast<int>(backbone->config().image_size));
+    complete(w.session_id, std::move(bytes));
+  }
+
+  void front_error(const ModelWork& w, wire::ErrorCode code, const std::string& reason) {
+    flatbuffers::FlatBufferBuilder fbb(256);
+    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, w.request_id, wire::Body::Error,
+                                   wire::CreateError(fbb, code, fbb.CreateString(reason)).Union()));
+    complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+  }
+
+  void start_job(ModelWork& w, const wire::RlStartRequest& r) {
+    auto& job = jobs[w.tenant];
+    if (job && !job->finished())
+      return front_error(w, wire::ErrorCode::JobFailed, "an RL job of this tenant is running: stop it first");
+    job.reset();  // a finished one's sessions close here
+    rl::RlConfig c;
+    c.algorithm = r.algorithm()->str();
+    c.task = r.task()->str();
+    c.sessions = r.sessions(), c.horizon = r.horizon(), c.group_size = r.group_size(), c.iterations = r.iterations();
+    c.max_steps = r.max_steps(), c.seed = r.seed(), c.queue_capacity = std::clamp(r.queue_capacity(), 1, 64);
+    c.staleness = {std::max(0, r.max_staleness()), r.downweight_stale() ? rl::StalePolicy::Downweight : rl::StalePolicy::Drop};
+    c.update = {r.epochs(), r.minibatch(), r.clip(), r.gamma(), r.lambda(), r.entropy(), 0.5, r.value_lr()};
+    if (c.iterations > 100000 || c.update.epochs > 100 || c.update.minibatch > 65536)
+      return front_error(w, wire::ErrorCode::JobFailed, "iterations <= 100000, epochs <= 100, minibatch <= 65536");
+    try {
+      auto port = std::make_unique<Policy>(*this, w.tenant);
+      auto made = std::make_unique<rl::RlJob>(w.tenant, c, *port, envs);
+      job = std::move(made);
+      policies[w.tenant] = std::move(port);  // outlives its job: jobs are reset first
+    } catch (const std::exception& e) {
+      return front_error(w, wire::ErrorCode::JobFailed, e.what());
+    }
+    log_text(LogLevel::Info, "rl_job", "tenant=" + w.tenant + " algorithm=" + c.algorithm + " task=" + c.task +
+                                           " sessions=" + std::to_string(c.sessions) + " iterations=" + std::to_string(c.iterations));
+    flatbuffers::FlatBufferBuilder fbb(128);
+    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, w.request_id, wire::Body::RlStartReply,
+                                   wire::CreateRlStartReply(fbb, job->progress().first_version).Union()));
+    complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+  }
+
+  void job_status(ModelWork& w, bool stop_it) {
+    auto it = jobs.find(w.tenant);
+    if (it == jobs.end() || !it->second) return front_error(w, wire::ErrorCode::JobFailed, "this tenant has no RL job");
+    if (stop_it) it->second->stop();
+    const auto p = it->second->progress();
+    flatbuffers::FlatBufferBuilder fbb(256);
+    auto body = wire::CreateRlStatusReply(fbb, fbb.CreateString(p.state), fbb.CreateString(p.error), p.iterations, p.version,
+                                          p.first_version, p.env_steps, p.episodes, p.recent_success, p.recent_return,
+                                          p.policy_loss, p.value_loss, p.entropy, p.records_dropped,
+                                          p.records_downweighted, p.seconds);
+    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, w.request_id, wire::Body::RlStatusReply, body.Union()));
+    complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+  }
+
+  // A tenant that leaves takes its job and its sessions with it.
+  void detach_front(const std::string& tenant) {
+    jobs.erase(tenant);
+    envs.tenant_detached(tenant);
+  }
+
+  // An RL job's view of the model service: its rollout steps and updates go through the executor
+  // queue like any tenant request, so they are grouped and take turns with everyone's.
+  class Policy final : public rl::PolicyPort {
+   public:
+    Policy(Impl& impl, std::string tenant) : impl_(impl), tenant_(std::move(tenant)) {}
+    Acted act(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask,
+              const torch::Tensor& state) override {
+      auto w = std::make_shared<InternalWork>();
+      w->images = images, w->tokens = tokens, w->mask = mask, w->state = state;
+      auto done = w->acted.get_future();
+      impl_.submit_internal(tenant_, std::move(w), true);
+      return done.get();
+    }
+    void with_slot(const std::function<void(model::TenantSlot&)>& fn) override {
+      auto w = std::make_shared<InternalWork>();
+      w->on_slot = fn;
+      auto done = w->slot_done.get_future();
+      impl_.submit_internal(tenant_, std::move(w), false);
+      done.get();
+    }
+    std::int64_t image_size() const override { return impl_.backbone->config().image_size; }
+    std::int64_t max_tokens() const override { return impl_.backbone->config().max_tokens; }
+    std::int64_t feature_dim() const override { return impl_.backbone->config().dim; }
+
+   private:
+    Impl& impl_;
+    std::string tenant_;
+  };
+
   const ModelConfig config;
   const Completion complete;
   std::unique_ptr<model::Backbone> backbone;
@@ -359,6 +547,16 @@ struct ModelService::Impl {
   mutable std::mutex stats_mu;
   ModelStats stats;  // GUARDED_BY(stats_mu)
   std::thread thread;
+
+  // Front desk (front thread only, after construction): sessions, jobs and their policy ports.
+  env::EnvService envs{{.workers = 1}};
+  std::map<std::string, std::unique_ptr<Policy>> policies;
+  std::map<std::string, std::unique_ptr<rl::RlJob>> jobs;
+  std::mutex front_mu;
+  std::condition_variable front_cv;
+  std::deque<std::function<void()>> front_queue;  // GUARDED_BY(front_mu)
+  bool front_stop = false;                        // GUARDED_BY(front_mu)
+  std::thread front;
 };
 
 ModelService::ModelService(const ModelConfig& config, Completion complete)
@@ -377,9 +575,17 @@ ModelService::ModelService(const ModelConfig& config, Completion complete)
                " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size) +
                " deterministic=" + (config.deterministic ? "true" : "false"));
   impl_->thread = std::thread([this] { impl_->run(); });
+  impl_->front = std::thread([this] { impl_->run_front(); });
 }
 
 ModelService::~ModelService() {
+  {
+    std::lock_guard lk(impl_->front_mu);
+    impl_->front_stop = true;
+  }
+  impl_->front_cv.notify_all();
+  impl_->front.join();
+  impl_->jobs.clear();  // joins their loops while the executor still answers them
   {
     std::lock_guard lk(impl_->mu);
     impl_->stop = true;
@@ -389,6 +595,10 @@ ModelService::~ModelService() {
 }
 
 void ModelService::submit(ModelWork work) {
+  if (is_front_work(work.type)) {
+    auto shared = std::make_shared<ModelWork>(std::move(work));
+    return impl_->post_front([this, shared] { impl_->handle_front(*shared); });
+  }
   {
     std::lock_guard lk(impl_->mu);
     impl_->queue.push_back(std::move(work));
@@ -402,6 +612,7 @@ void ModelService::tenant_detached(const std::string& tenant) {
     impl_->active.erase(tenant);
   }
   impl_->cv.notify_one();  // a waiting group may now hold every active tenant
+  impl_->post_front([this, tenant] { impl_->detach_front(tenant); });
 }
 
 ModelStats ModelService::stats() const {

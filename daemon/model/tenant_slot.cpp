@@ -46,25 +46,13 @@ void TenantSlot::check_inputs(const VLAFeature& f, const torch::Tensor& state, c
 
 StepResult TenantSlot::sft_step(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions) {
   check_inputs(f, state, &actions);
-  head_->train();
-  optimizer_->zero_grad();
-  torch::Tensor loss;
-  try {
-    loss = head_->loss(f, state, actions.to(torch::kFloat32), rng_);
-  } catch (const c10::Error& e) {
-    throw SlotError(true, e.what_without_backtrace());
-  }
-  if (!torch::isfinite(loss).item<bool>()) throw SlotError(false, "loss is NaN or Inf; no update made");
-  loss.backward();
-  double norm = 0;
-  if (config_.grad_clip > 0)
-    norm = torch::nn::utils::clip_grad_norm_(head_->parameters(), config_.grad_clip);
-  if (!std::isfinite(norm)) {
-    optimizer_->zero_grad();
-    throw SlotError(false, "gradient is NaN or Inf; no update made");
-  }
-  optimizer_->step();
-  return StepResult{loss.item<double>(), norm, ++steps_};
+  return policy_step([&](ActionHead& head) {
+    try {
+      return head.loss(f, state, actions.to(torch::kFloat32), rng_);
+    } catch (const c10::Error& e) {
+      throw SlotError(true, e.what_without_backtrace());
+    }
+  });
 }
 
 torch::Tensor TenantSlot::predict(const VLAFeature& f, const torch::Tensor& state, std::uint64_t version) {
@@ -82,6 +70,33 @@ torch::Tensor TenantSlot::predict(const VLAFeature& f, const torch::Tensor& stat
   } catch (const c10::Error& e) {
     throw SlotError(true, e.what_without_backtrace());
   }
+}
+
+TenantSlot::Acted TenantSlot::act(const VLAFeature& f, const torch::Tensor& state) {
+  check_inputs(f, state, nullptr);
+  if (head_->spec().kind != "gaussian") throw SlotError(true, "RL needs a gaussian head, this slot has " + head_->spec().kind);
+  ActionHead* head = versions_.empty() ? head_.get() : versions_.rbegin()->second.get();
+  torch::NoGradGuard no_grad;
+  auto out = gaussian_outputs(*head, f, state);
+  auto noise = torch::randn(out.mean.sizes(), rng_, out.mean.options());
+  auto actions = out.mean + torch::exp(out.log_std) * noise;
+  return {actions, gaussian_log_prob(out, actions), latest_version()};
+}
+
+StepResult TenantSlot::policy_step(const std::function<torch::Tensor(ActionHead&)>& loss_of) {
+  head_->train();
+  optimizer_->zero_grad();
+  auto loss = loss_of(*head_);
+  if (!torch::isfinite(loss).item<bool>()) throw SlotError(false, "loss is NaN or Inf; no update made");
+  loss.backward();
+  double norm = 0;
+  if (config_.grad_clip > 0) norm = torch::nn::utils::clip_grad_norm_(head_->parameters(), config_.grad_clip);
+  if (!std::isfinite(norm)) {
+    optimizer_->zero_grad();
+    throw SlotError(false, "gradient is NaN or Inf; no update made");
+  }
+  optimizer_->step();
+  return StepResult{loss.item<double>(), norm, ++steps_};
 }
 
 std::uint64_t TenantSlot::publish() {

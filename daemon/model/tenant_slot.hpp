@@ -6,6 +6,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <memory>
@@ -50,6 +51,19 @@ class TenantSlot {
   // Actions [n, chunk, action_dim] of the live parameters (version 0) or of a published version
   // (no grad, eval). Throws SlotError for bad input, std::out_of_range for an unknown version.
   torch::Tensor predict(const VLAFeature& features, const torch::Tensor& state, std::uint64_t version = 0);
+
+  // RL: actions sampled from the latest published version (the live head if none), with their
+  // log-probabilities under it. Gaussian heads only; throws SlotError for other kinds.
+  struct Acted {
+    torch::Tensor actions;   // [n, chunk, action_dim]
+    torch::Tensor log_prob;  // [n]
+    std::uint64_t version = 0;
+  };
+  Acted act(const VLAFeature& features, const torch::Tensor& state);
+  // RL: one optimizer step on the loss that `loss_of` computes from the live head (clipping,
+  // NaN checks and the step counter as in sft_step). Throws SlotError, slot untouched, on NaN.
+  StepResult policy_step(const std::function<torch::Tensor(ActionHead&)>& loss_of);
+  at::Generator& rng() { return rng_; }
 
   // Publishes an immutable snapshot of the head's parameters; returns its version (1, 2, ...).
   std::uint64_t publish();

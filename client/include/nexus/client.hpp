@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "nexus/env.hpp"
 #include "nexus/error.hpp"
 #include "nexus/status.hpp"
 #include "nexus/tenant.hpp"
@@ -114,6 +115,22 @@ class Client {
   // returns its step.
   std::uint64_t save(const std::string& tag);
   std::uint64_t load(const std::string& tag);
+
+  // ---- environments and RL jobs (nexus/env.hpp) ----
+  // Opens sessions of a built-in task, rendered at the backbone's geometry.
+  EnvSessions env_open(const std::string& task, std::int32_t count, std::int32_t max_steps = 0);
+  // Resets (one seed per session) or steps (action_dim floats per session) the sessions; their
+  // observations are written into images uint8 [n, 1, H, W, 3] and state float32 [n, state_dim].
+  EnvStepResult env_reset(std::span<const std::uint64_t> ids, std::span<const std::uint64_t> seeds,
+                          const Tensor& images, const Tensor& state);
+  EnvStepResult env_step(std::span<const std::uint64_t> ids, std::span<const float> actions, const Tensor& images,
+                         const Tensor& state);
+  std::uint32_t env_close(std::span<const std::uint64_t> ids);
+  // Starts an RL job on this tenant's registered gaussian head (chunk 1, the task's state and
+  // action dims); returns the starting policy's version. One job per tenant at a time; it stops
+  // when the tenant detaches.
+  std::uint64_t rl_start(const RlOptions& options);
+  RlStatus rl_status(bool stop = false);
 
  private:
   explicit Client(std::unique_ptr<detail::ClientState> state);

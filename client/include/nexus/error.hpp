@@ -29,6 +29,9 @@ enum class ErrorCode : std::uint16_t {
   NotRegistered,   // a model request before register_tenant()
   BadBatch,        // shapes or numbers the tenant's head refuses (NaN/Inf too)
   UnknownVersion,  // a policy version this tenant never published
+  UnknownSession,  // an environment session this tenant does not hold
+  EnvFailed,       // an environment request refused as a whole (see the message)
+  JobFailed,       // an RL job that could not start, or none to report on
   // Client-side codes, never on the wire:
   ArenaFull = 1000,      // the client arena has no room for the tensor
   ConnectFailed = 1001,  // nothing listens on the socket path

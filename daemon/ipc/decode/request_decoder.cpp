@@ -62,7 +62,28 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
     case wire::Body::PublishRequest:
     case wire::Body::SlotDigestRequest:
     case wire::Body::BackboneRequest:
+    case wire::Body::EnvCloseRequest:
+    case wire::Body::RlStatusRequest:
       return req;
+    case wire::Body::EnvOpenRequest:
+      if (msg->body_as_EnvOpenRequest()->task() == nullptr)
+        return error(id, wire::ErrorCode::BadMessage, "EnvOpenRequest needs a task");
+      return req;
+    case wire::Body::RlStartRequest:
+      if (msg->body_as_RlStartRequest()->task() == nullptr || msg->body_as_RlStartRequest()->algorithm() == nullptr)
+        return error(id, wire::ErrorCode::BadMessage, "RlStartRequest needs an algorithm and a task");
+      return req;
+    case wire::Body::EnvStepRequest: {
+      // Observations are written into the tenant's arena: both tensors must lie inside it.
+      const auto* r = msg->body_as_EnvStepRequest();
+      if (r->sessions() == nullptr || r->images() == nullptr || r->state() == nullptr)
+        return error(id, wire::ErrorCode::BadMessage, "EnvStepRequest needs sessions, images and state");
+      for (const auto* ref : {r->images(), r->state()}) {
+        auto check = schema::check_tensor_ref(ref, limits.client_arena_bytes);
+        if (!check) return error(id, check.code, check.reason);
+      }
+      return req;
+    }
     case wire::Body::SaveRequest:
     case wire::Body::LoadRequest: {
       const auto* tag = msg->body_type() == wire::Body::SaveRequest ? msg->body_as_SaveRequest()->tag()

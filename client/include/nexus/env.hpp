@@ -1,0 +1,60 @@
+// Environment sessions and RL jobs in nexusd, used through nexus::Client.
+//
+//   auto envs = client->env_open("reach", 8);                       // 8 sessions, yours only
+//   auto images = client->alloc(DType::UInt8, {8, 1, H, H, 3});     // observations land here
+//   auto state = client->alloc(DType::Float32, {8, envs.state_dim});
+//   client->env_reset(envs.ids, seeds, images, state);             // then predict on them
+//   auto r = client->env_step(envs.ids, actions, images, state);    // rewards, done, success
+//
+//   client->rl_start({.algorithm = "ppo", .task = "reach", .iterations = 100});
+//   while (client->rl_status().state == "running") ...              // the daemon drives it
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nexus {
+
+struct EnvSessions {
+  std::vector<std::uint64_t> ids;
+  std::int32_t image_size = 0, state_dim = 0, action_dim = 0, max_steps = 0;
+};
+
+// Per session. error non-empty: no new observation for it; failed: the session broke (not your
+// input) and stays broken: close it and open another.
+struct EnvStepResult {
+  std::vector<float> reward;
+  std::vector<bool> done, success, failed;
+  std::vector<std::string> instructions, errors;
+};
+
+struct RlOptions {
+  std::string algorithm = "ppo";  // ppo or grpo
+  std::string task = "reach";
+  std::int32_t sessions = 16;     // grpo: a multiple of group_size
+  std::int32_t horizon = 32;      // ppo: steps per rollout record
+  std::int32_t group_size = 8;    // grpo: episodes per start state
+  std::int32_t iterations = 50;   // updates; each publishes a policy version
+  std::int32_t max_steps = 0;     // episode limit (0: the task's)
+  std::uint64_t seed = 1;
+  std::int32_t epochs = 4;
+  std::int32_t minibatch = 256;
+  double clip = 0.2, gamma = 0.99, lambda = 0.95, entropy = 0.0, value_lr = 1e-3;
+  std::int32_t max_staleness = 2;  // records older than this many versions are
+  bool downweight_stale = false;   // dropped (false) or down-weighted (true)
+  std::int32_t queue_capacity = 2; // Training Queue depth between rollouts and updates
+};
+
+struct RlStatus {
+  std::string state;  // running, done, failed, stopped
+  std::string error;
+  std::int32_t iterations = 0;
+  std::uint64_t version = 0, first_version = 0;
+  std::uint64_t env_steps = 0, episodes = 0;
+  double recent_success = 0, recent_return = 0;  // training episodes (sampled actions), last 100
+  double policy_loss = 0, value_loss = 0, entropy = 0;
+  std::uint64_t records_dropped = 0, records_downweighted = 0;
+  double seconds = 0;
+};
+
+}  // namespace nexus

@@ -1,0 +1,110 @@
+// Client calls for Environment Service sessions and RL jobs (nexus/env.hpp).
+#include "client_state.hpp"
+#include "nexus/client.hpp"
+
+namespace nexus {
+namespace {
+
+using detail::reply_message;
+
+flatbuffers::Offset<wire::TensorRef> ref_to(flatbuffers::FlatBufferBuilder& fbb, const Tensor& t) {
+  return wire::CreateTensorRef(fbb, t.offset(), t.bytes(), static_cast<wire::DType>(t.dtype()),
+                               fbb.CreateVector(t.shape()));
+}
+
+template <class V>
+std::vector<bool> flags(const V* v) {
+  std::vector<bool> out;
+  if (v) for (auto x : *v) out.push_back(x != 0);
+  return out;
+}
+
+EnvStepResult step_result(const std::vector<std::uint8_t>& bytes) {
+  const auto* r = reply_message(bytes, wire::Body::EnvStepReply)->body_as_EnvStepReply();
+  EnvStepResult out;
+  if (r->reward()) out.reward.assign(r->reward()->begin(), r->reward()->end());
+  out.done = flags(r->done());
+  out.success = flags(r->success());
+  out.failed = flags(r->failed());
+  if (r->instructions()) for (const auto* s : *r->instructions()) out.instructions.push_back(s ? s->str() : "");
+  if (r->errors()) for (const auto* s : *r->errors()) out.errors.push_back(s ? s->str() : "");
+  return out;
+}
+
+}  // namespace
+
+EnvSessions Client::env_open(const std::string& task, std::int32_t count, std::int32_t max_steps) {
+  const auto id = state_->submit(wire::Body::EnvOpenRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateEnvOpenRequest(fbb, fbb.CreateString(task), count, max_steps).Union();
+  });
+  const auto bytes = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
+  const auto* r = reply_message(bytes, wire::Body::EnvOpenReply)->body_as_EnvOpenReply();
+  EnvSessions s;
+  if (r->sessions()) s.ids.assign(r->sessions()->begin(), r->sessions()->end());
+  s.image_size = r->image_size(), s.state_dim = r->state_dim(), s.action_dim = r->action_dim(), s.max_steps = r->max_steps();
+  return s;
+}
+
+EnvStepResult Client::env_reset(std::span<const std::uint64_t> ids, std::span<const std::uint64_t> seeds,
+                                const Tensor& images, const Tensor& state) {
+  const auto id = state_->submit(wire::Body::EnvStepRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    auto i = fbb.CreateVector(ids.data(), ids.size());
+    auto sd = fbb.CreateVector(seeds.data(), seeds.size());
+    auto im = ref_to(fbb, images);
+    auto st = ref_to(fbb, state);
+    return wire::CreateEnvStepRequest(fbb, i, 0, sd, im, st).Union();
+  });
+  return step_result(state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout));
+}
+
+EnvStepResult Client::env_step(std::span<const std::uint64_t> ids, std::span<const float> actions, const Tensor& images,
+                               const Tensor& state) {
+  const auto id = state_->submit(wire::Body::EnvStepRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    auto i = fbb.CreateVector(ids.data(), ids.size());
+    auto a = fbb.CreateVector(actions.data(), actions.size());
+    auto im = ref_to(fbb, images);
+    auto st = ref_to(fbb, state);
+    return wire::CreateEnvStepRequest(fbb, i, a, 0, im, st).Union();
+  });
+  return step_result(state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout));
+}
+
+std::uint32_t Client::env_close(std::span<const std::uint64_t> ids) {
+  const auto id = state_->submit(wire::Body::EnvCloseRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateEnvCloseRequest(fbb, fbb.CreateVector(ids.data(), ids.size())).Union();
+  });
+  const auto bytes = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
+  return reply_message(bytes, wire::Body::EnvCloseReply)->body_as_EnvCloseReply()->closed();
+}
+
+std::uint64_t Client::rl_start(const RlOptions& o) {
+  const auto id = state_->submit(wire::Body::RlStartRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateRlStartRequest(fbb, fbb.CreateString(o.algorithm), fbb.CreateString(o.task), o.sessions, o.horizon,
+                                      o.group_size, o.iterations, o.max_steps, o.seed, o.epochs, o.minibatch, o.clip,
+                                      o.gamma, o.lambda, o.entropy, o.value_lr, o.max_staleness, o.downweight_stale,
+                                      o.queue_capacity)
+        .Union();
+  });
+  const auto bytes = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
+  return reply_message(bytes, wire::Body::RlStartReply)->body_as_RlStartReply()->first_version();
+}
+
+RlStatus Client::rl_status(bool stop) {
+  const auto id = state_->submit(wire::Body::RlStatusRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateRlStatusRequest(fbb, stop).Union();
+  });
+  const auto bytes = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
+  const auto* r = reply_message(bytes, wire::Body::RlStatusReply)->body_as_RlStatusReply();
+  RlStatus s;
+  s.state = r->state() ? r->state()->str() : "";
+  s.error = r->error() ? r->error()->str() : "";
+  s.iterations = r->iterations(), s.version = r->version(), s.first_version = r->first_version();
+  s.env_steps = r->env_steps(), s.episodes = r->episodes();
+  s.recent_success = r->recent_success(), s.recent_return = r->recent_return();
+  s.policy_loss = r->policy_loss(), s.value_loss = r->value_loss(), s.entropy = r->entropy();
+  s.records_dropped = r->records_dropped(), s.records_downweighted = r->records_downweighted();
+  s.seconds = r->seconds();
+  return s;
+}
+
+}  // namespace nexus

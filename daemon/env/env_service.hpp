@@ -1,0 +1,103 @@
+// The Environment Service: simulator sessions that tenants (or their RL jobs) open, reset and
+// step, several per call, on a worker pool so that stepping and rendering run in parallel with
+// each other and with the model service's backbone passes.
+//
+// Ownership: a session belongs to the tenant that opened it. Another tenant's session ids are
+// indistinguishable from ids that never existed (UnknownSession), so one tenant cannot probe or
+// touch another's sessions.
+// Faults: a session that throws (other than for the caller's bad input) is marked failed with
+// the reason; every later use of it reports that reason. The tenant closes it and opens a new
+// one; nothing else is affected.
+//
+// Thread safety: every member may be called from any thread. A session is stepped by one thread
+// at a time (its own mutex); calls on disjoint sessions run concurrently.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "daemon/env/env_session.hpp"
+#include "daemon/env/worker_pool.hpp"
+
+namespace nexus::env {
+
+struct EnvLimits {
+  int workers = 2;                   // pool threads (the caller of run() works too)
+  int max_sessions_per_tenant = 256;
+  int max_steps = 10000;             // per-episode limit a tenant may ask for
+};
+
+// A request refused as a whole, before any session ran.
+class EnvError : public std::runtime_error {
+ public:
+  enum class Kind { BadRequest, UnknownSession, TooManySessions };
+  EnvError(Kind kind, const std::string& reason) : std::runtime_error(reason), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+// One session's part of a run: its outcome, or why it has none.
+struct SessionResult {
+  StepOutcome outcome;
+  std::string instruction;
+  std::string error;   // empty: ok
+  bool failed = false; // error is the session's fault: it is now failed for good
+};
+
+// Makes the session for a task name (built-in or external); throws BadInput for unknown names.
+using SessionFactory = std::function<std::unique_ptr<EnvSession>(const std::string& task, int image_size, int max_steps)>;
+
+class EnvService {
+ public:
+  explicit EnvService(EnvLimits limits = {}, SessionFactory factory = {});
+  ~EnvService();
+
+  struct Opened {
+    std::vector<std::uint64_t> ids;
+    SessionSpec spec;
+  };
+  // Opens `count` sessions of one task. Throws EnvError.
+  Opened open(const std::string& tenant, const std::string& task, int count, int image_size, int max_steps);
+
+  // Resets (seeds: one per session) or steps (actions: action_dim per session, row-major) the
+  // sessions, in parallel, then writes each one's observation: rgb to images + i * image bytes,
+  // proprio to state + i * state_dim. The sessions must share image_size and state_dim.
+  // Throws EnvError for a malformed request (nothing ran); per-session problems are in the results.
+  std::vector<SessionResult> reset(const std::string& tenant, std::span<const std::uint64_t> ids,
+                                   std::span<const std::uint64_t> seeds, std::uint8_t* images, float* state);
+  std::vector<SessionResult> step(const std::string& tenant, std::span<const std::uint64_t> ids,
+                                  std::span<const float> actions, std::uint8_t* images, float* state);
+
+  // The sessions' shared spec (throws EnvError if they do not share one, or are not this tenant's).
+  SessionSpec spec_of(const std::string& tenant, std::span<const std::uint64_t> ids) const;
+
+  // Closes the tenant's sessions among ids (others' ids are ignored); returns how many closed.
+  std::size_t close(const std::string& tenant, std::span<const std::uint64_t> ids);
+  void tenant_detached(const std::string& tenant);  // closes all of the tenant's sessions
+  std::size_t sessions() const;
+
+ private:
+  struct Session;
+  std::vector<std::shared_ptr<Session>> lookup(const std::string& tenant, std::span<const std::uint64_t> ids,
+                                               SessionSpec* spec) const;
+  std::vector<SessionResult> run(const std::string& tenant, std::span<const std::uint64_t> ids,
+                                 std::span<const std::uint64_t> seeds, std::span<const float> actions,
+                                 std::uint8_t* images, float* state);
+
+  const EnvLimits limits_;
+  SessionFactory factory_;
+  WorkerPool pool_;
+  mutable std::mutex mu_;
+  std::map<std::uint64_t, std::shared_ptr<Session>> sessions_;  // GUARDED_BY(mu_)
+  std::uint64_t next_id_ = 1;                                    // GUARDED_BY(mu_)
+};
+
+}  // namespace nexus::env

@@ -1,0 +1,40 @@
+// A fixed pool of threads that runs the parts of a parallel_for. The calling thread works too
+// (it takes parts from the same queue until its own are done), so parallel_for may be called from
+// any thread, including concurrently from several, without deadlock and without idle callers.
+//
+// Written by hand rather than taken from a library: Boost.Asio's thread_pool has no
+// caller-participates wait, and TBB is not among the project's dependencies for this one loop.
+#pragma once
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace nexus::env {
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(int threads);
+  ~WorkerPool();
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+
+  // Runs fn(0) .. fn(n - 1), spread over the pool and the caller; returns when all have run.
+  // fn must not throw (catch inside: a part's failure is the caller's to report).
+  void parallel_for(std::size_t n, const std::function<void(std::size_t)>& fn);
+  int threads() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  struct Batch;
+  bool run_one(std::unique_lock<std::mutex>& lk);  // runs a queued part; false if none
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<std::pair<Batch*, std::size_t>> queue_;  // GUARDED_BY(mu_)
+  bool stop_ = false;                                 // GUARDED_BY(mu_)
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace nexus::env

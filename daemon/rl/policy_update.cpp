@@ -1,0 +1,123 @@
+#include "daemon/rl/policy_update.hpp"
+
+namespace nexus::rl {
+
+ValueHeadImpl::ValueHeadImpl(std::int64_t feature_dim, std::int64_t state_dim, std::int64_t hidden) {
+  net_ = register_module("net", torch::nn::Sequential(torch::nn::Linear(feature_dim + state_dim, hidden),
+                                                      torch::nn::GELU(), torch::nn::Linear(hidden, hidden),
+                                                      torch::nn::GELU(), torch::nn::Linear(hidden, 1)));
+}
+
+torch::Tensor ValueHeadImpl::forward(const torch::Tensor& pooled, const torch::Tensor& state) {
+  auto x = state.defined() && state.size(-1) > 0 ? torch::cat({pooled, state}, -1) : pooled;
+  return net_->forward(x).squeeze(-1);
+}
+
+std::pair<torch::Tensor, torch::Tensor> gae(const torch::Tensor& reward, const torch::Tensor& value,
+                                            const torch::Tensor& done, const torch::Tensor& last_value,
+                                            double gamma, double lambda) {
+  const auto T = reward.size(0);
+  auto adv = torch::zeros_like(reward);
+  auto running = torch::zeros_like(last_value);
+  auto next_value = last_value;
+  for (auto t = T - 1; t >= 0; --t) {
+    auto live = 1.0 - done[t];  // no bootstrap across an episode's end
+    auto delta = reward[t] + gamma * next_value * live - value[t];
+    running = delta + gamma * lambda * live * running;
+    adv[t] = running;
+    next_value = value[t];
+  }
+  return {adv, adv + value};
+}
+
+torch::Tensor group_relative(const torch::Tensor& episode_return, std::int64_t group_size) {
+  auto g = episode_return.view({-1, group_size});
+  auto centred = g - g.mean(1, true);
+  return (centred / (g.std(1, /*unbiased=*/false, true) + 1e-6)).view({-1});
+}
+
+namespace {
+
+// The clipped surrogate over flattened samples with per-sample advantages; shared by both.
+UpdateStats clipped_epochs(model::TenantSlot& slot, const torch::Tensor& pooled, const torch::Tensor& state,
+                           const torch::Tensor& actions, const torch::Tensor& old_log_prob, const torch::Tensor& adv,
+                           const UpdateConfig& c, double weight, at::Generator& gen,
+                           const std::function<double(const torch::Tensor&)>& value_step) {
+  UpdateStats s;
+  const auto n = pooled.size(0);
+  const model::VLAFeature none{};  // gaussian heads read only pooled: see Rollout
+  for (int e = 0; e < c.epochs; ++e) {
+    auto order = torch::randperm(n, gen, torch::kLong);
+    for (std::int64_t at = 0; at < n; at += c.minibatch) {
+      auto idx = order.narrow(0, at, std::min<std::int64_t>(c.minibatch, n - at));
+      double clipped = 0, entropy = 0;
+      const auto step = slot.policy_step([&](model::ActionHead& head) {
+        model::VLAFeature f{none.tokens, pooled.index_select(0, idx), none.mask};
+        auto out = model::gaussian_outputs(head, f, state.index_select(0, idx));
+        auto lp = model::gaussian_log_prob(out, actions.index_select(0, idx));
+        auto ratio = torch::exp(lp - old_log_prob.index_select(0, idx));
+        auto a = adv.index_select(0, idx);
+        auto surrogate = torch::min(ratio * a, torch::clamp(ratio, 1 - c.clip, 1 + c.clip) * a);
+        auto ent = model::gaussian_entropy(out);
+        clipped = ((ratio - 1).abs() > c.clip).to(torch::kFloat32).mean().item<double>();
+        entropy = ent.item<double>();
+        return weight * (-surrogate.mean() - c.entropy * ent);
+      });
+      s.policy_loss += step.loss;
+      s.clip_fraction += clipped;
+      s.entropy += entropy;
+      if (value_step) s.value_loss += value_step(idx);
+      ++s.minibatches;
+    }
+  }
+  if (s.minibatches > 0) {
+    s.policy_loss /= s.minibatches;
+    s.value_loss /= s.minibatches;
+    s.entropy /= s.minibatches;
+    s.clip_fraction /= s.minibatches;
+  }
+  return s;
+}
+
+torch::Tensor flat(const torch::Tensor& t) { return t.flatten(0, 1); }  // [T, n, ...] -> [T*n, ...]
+
+}  // namespace
+
+UpdateStats ppo_update(model::TenantSlot& slot, ValueHead& value, torch::optim::Optimizer& value_opt,
+                       const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen) {
+  torch::Tensor adv, ret;
+  {
+    torch::NoGradGuard ng;
+    auto v = value->forward(r.pooled, r.state);  // [T, n]
+    auto last = value->forward(r.last_pooled, r.last_state);
+    std::tie(adv, ret) = gae(r.reward, v, r.done, last, c.gamma, c.lambda);
+  }
+  auto a = flat(adv);
+  a = (a - a.mean()) / (a.std() + 1e-8);
+  auto pooled = flat(r.pooled), state = flat(r.state), returns = flat(ret);
+  auto value_step = [&](const torch::Tensor& idx) {
+    value_opt.zero_grad();
+    auto loss = c.value_coef * (value->forward(pooled.index_select(0, idx), state.index_select(0, idx)) -
+                                returns.index_select(0, idx))
+                                   .pow(2)
+                                   .mean();
+    loss.backward();
+    torch::nn::utils::clip_grad_norm_(value->parameters(), 1.0);
+    value_opt.step();
+    return loss.item<double>();
+  };
+  return clipped_epochs(slot, pooled, state, flat(r.actions), flat(r.log_prob), a, c, weight, gen, value_step);
+}
+
+UpdateStats grpo_update(model::TenantSlot& slot, const Rollout& r, const UpdateConfig& c, double weight,
+                        at::Generator& gen) {
+  // Every live step of an episode carries its episode's group-relative advantage.
+  auto per_session = group_relative(r.episode_return, r.group_size);          // [n]
+  auto adv = per_session.unsqueeze(0).expand_as(r.reward).contiguous();        // [T, n]
+  auto live = flat(r.alive).nonzero().squeeze(1);
+  auto pick = [&](const torch::Tensor& t) { return flat(t).index_select(0, live); };
+  return clipped_epochs(slot, pick(r.pooled), pick(r.state), pick(r.actions), pick(r.log_prob), pick(adv), c, weight,
+                        gen, {});
+}
+
+}  // namespace nexus::rl

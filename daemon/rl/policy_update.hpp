@@ -1,0 +1,57 @@
+// The actor's updates on a rollout record, on a tenant's gaussian head (its slot's optimizer):
+//   PPO   clipped surrogate objective, GAE(lambda) advantages from a value head of the tenant's
+//         own, entropy bonus.
+//   GRPO  group-relative advantages: each episode's return against the others that started from
+//         the same state (same seed), no value head; the same clipped objective.
+// Both read the features stored in the record: no backbone pass.
+#pragma once
+#include <torch/torch.h>
+
+#include <string>
+
+#include "daemon/model/tenant_slot.hpp"
+#include "daemon/rl/rollout.hpp"
+
+namespace nexus::rl {
+
+struct UpdateConfig {
+  int epochs = 4;
+  int minibatch = 256;
+  double clip = 0.2;
+  double gamma = 0.99;
+  double lambda = 0.95;
+  double entropy = 0.0;     // bonus coefficient
+  double value_coef = 0.5;  // PPO: weight of the value loss (own optimizer, own lr)
+  double value_lr = 1e-3;
+};
+
+// V(pooled, state): the PPO critic, one per RL tenant, never shared.
+class ValueHeadImpl : public torch::nn::Module {
+ public:
+  ValueHeadImpl(std::int64_t feature_dim, std::int64_t state_dim, std::int64_t hidden);
+  torch::Tensor forward(const torch::Tensor& pooled, const torch::Tensor& state);  // [..]
+
+ private:
+  torch::nn::Sequential net_{nullptr};
+};
+TORCH_MODULE(ValueHead);
+
+// GAE(lambda) over [T, n] with episode ends in `done`; returns {advantages, returns}.
+std::pair<torch::Tensor, torch::Tensor> gae(const torch::Tensor& reward, const torch::Tensor& value,
+                                            const torch::Tensor& done, const torch::Tensor& last_value,
+                                            double gamma, double lambda);
+// (R_i - mean of its group) / (std of its group + eps) for groups of `group_size` sessions.
+torch::Tensor group_relative(const torch::Tensor& episode_return, std::int64_t group_size);
+
+struct UpdateStats {
+  double policy_loss = 0, value_loss = 0, entropy = 0, clip_fraction = 0;
+  int minibatches = 0;
+};
+
+// weight scales the policy loss (staleness downweighting); 1 for fresh records.
+UpdateStats ppo_update(model::TenantSlot& slot, ValueHead& value, torch::optim::Optimizer& value_opt,
+                       const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen);
+UpdateStats grpo_update(model::TenantSlot& slot, const Rollout& r, const UpdateConfig& c, double weight,
+                        at::Generator& gen);
+
+}  // namespace nexus::rl

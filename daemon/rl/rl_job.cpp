@@ -1,0 +1,330 @@
+#include "daemon/rl/rl_job.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <deque>
+
+#include "daemon/model/backbone.hpp"
+
+namespace nexus::rl {
+
+// The job's sessions and their current observations, as the backbone wants them.
+struct RlJob::Observer {
+  Observer(RlJob& job) : job(job) {
+    const auto n = static_cast<std::int64_t>(job.sessions_.size());
+    const auto h = job.spec_.image_size;
+    images = torch::zeros({n, 1, h, h, 3}, torch::kUInt8);
+    state = torch::zeros({n, job.spec_.state_dim});
+    tokens = torch::zeros({n, job.policy_.max_tokens()}, torch::kInt32);
+    mask = torch::zeros({n, job.policy_.max_tokens()}, torch::kBool);
+    instructions.resize(static_cast<std::size_t>(n));
+  }
+
+  // Resets (seeds) or steps (actions [rows, A]) the given rows' sessions and copies their new
+  // observations into place. A session's failure fails the job.
+  std::vector<env::SessionResult> run(const std::vector<std::int64_t>& rows, const std::vector<std::uint64_t>& seeds,
+                                      const torch::Tensor& actions) {
+    std::vector<std::uint64_t> ids;
+    for (auto r : rows) ids.push_back(job.sessions_[static_cast<std::size_t>(r)]);
+    const auto m = static_cast<std::int64_t>(rows.size());
+    auto img = torch::empty({m, 1, images.size(2), images.size(3), 3}, torch::kUInt8);
+    auto st = torch::empty({m, state.size(1)});
+    std::vector<env::SessionResult> out;
+    if (!seeds.empty()) {
+      out = job.envs_.reset(job.tenant_, ids, seeds, img.data_ptr<std::uint8_t>(), st.data_ptr<float>());
+    } else {
+      auto a = actions.contiguous();
+      out = job.envs_.step(job.tenant_, ids, {a.data_ptr<float>(), static_cast<std::size_t>(a.numel())},
+                           img.data_ptr<std::uint8_t>(), st.data_ptr<float>());
+    }
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (!out[i].error.empty()) throw std::runtime_error("environment: " + out[i].error);
+    auto index = torch::tensor(rows, torch::kLong);
+    images.index_copy_(0, index, img);
+    state.index_copy_(0, index, st);
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      auto& text = instructions[static_cast<std::size_t>(rows[i])];
+      if (text != out[i].instruction) {
+        text = out[i].instruction;
+        model::tokenize_into(text, tokens, mask, rows[i]);
+      }
+    }
+    return out;
+  }
+
+  PolicyPort::Acted act() { return job.policy_.act(images, tokens, mask.to(torch::kUInt8), state); }
+
+  RlJob& job;
+  torch::Tensor images, state, tokens, mask;
+  std::vector<std::string> instructions;
+};
+
+RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvService& envs)
+    : tenant_(std::move(tenant)), config_(std::move(config)), policy_(policy), envs_(envs),
+      queue_(static_cast<std::size_t>(std::max(1, config_.queue_capacity))),
+      shuffle_(at::make_generator<at::CPUGeneratorImpl>(config_.seed + 17)) {
+  const auto& c = config_;
+  if (c.algorithm != "ppo" && c.algorithm != "grpo") throw std::runtime_error("algorithm must be ppo or grpo");
+  if (c.sessions < 1 || c.sessions > 256) throw std::runtime_error("sessions must be 1..256");
+  if (c.algorithm == "grpo" && (c.group_size < 2 || c.sessions % c.group_size != 0))
+    throw std::runtime_error("grpo: sessions must be a multiple of group_size (>= 2)");
+  if (c.horizon < 1 || c.horizon > 4096 || c.iterations < 1 || c.update.epochs < 1 || c.update.minibatch < 1)
+    throw std::runtime_error("horizon 1..4096, iterations, epochs and minibatch >= 1");
+  if (!(c.update.clip > 0 && c.update.clip < 1) || !(c.update.gamma > 0 && c.update.gamma <= 1) ||
+      !(c.update.lambda >= 0 && c.update.lambda <= 1) || !(c.update.entropy >= 0) || !(c.update.value_lr > 0))
+    throw std::runtime_error("clip (0,1), gamma (0,1], lambda [0,1], entropy >= 0, value_lr > 0");
+  auto opened = envs_.open(tenant_, c.task, c.sessions, static_cast<int>(policy_.image_size()), c.max_steps);
+  sessions_ = opened.ids;
+  spec_ = opened.spec;
+  try {
+    // The slot must be a gaussian head taking this task's proprio state, one action per step.
+    policy_.with_slot([&](model::TenantSlot& slot) {
+      const auto& h = slot.head().spec();
+      if (h.kind != "gaussian" || h.chunk != 1 || h.action_dim != spec_.action_dim || h.state_dim != spec_.state_dim)
+        throw std::runtime_error("RL on " + c.task + " needs a gaussian head with chunk 1, action_dim " +
+                                 std::to_string(spec_.action_dim) + " and state_dim " + std::to_string(spec_.state_dim));
+      torch::manual_seed(c.seed);  // the value head's initialisation, under the executor's lock
+      value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256);
+      value_opt_ = std::make_unique<torch::optim::AdamW>(value_->parameters(), torch::optim::AdamWOptions(c.update.value_lr));
+      progress_.first_version = progress_.version = slot.publish();  // the starting policy
+    });
+  } catch (...) {
+    envs_.close(tenant_, sessions_);
+    throw;
+  }
+  started_ = std::chrono::steady_clock::now();
+  progress_.state = "running";
+  producer_ = std::thread([this] { produce(); });
+  actor_ = std::thread([this] { consume(); });
+}
+
+RlJob::~RlJob() {
+  stop();
+  if (producer_.joinable()) producer_.join();
+  if (actor_.joinable()) actor_.join();
+  envs_.close(tenant_, sessions_);
+}
+
+void RlJob::stop() {
+  stop_ = true;
+  queue_.close();
+  std::lock_guard lk(mu_);
+  if (progress_.state == "running") progress_.state = "stopped";
+}
+
+bool RlJob::finished() const {
+  std::lock_guard lk(mu_);
+  return progress_.state != "running" && progress_.state != "starting";
+}
+
+RlProgress RlJob::progress() const {
+  std::lock_guard lk(mu_);
+  auto p = progress_;
+  p.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  if (!window_.empty()) {
+    double ok = 0, ret = 0;
+    for (auto [s, r] : window_) ok += s, ret += r;
+    p.recent_success = ok / static_cast<double>(window_.size());
+    p.recent_return = ret / static_cast<double>(window_.size());
+  }
+  return p;
+}
+
+void RlJob::fail(const std::string& why) {
+  {
+    std::lock_guard lk(mu_);
+    if (progress_.state == "running") {
+      progress_.state = "failed";
+      progress_.error = why;
+    }
+  }
+  stop_ = true;
+  queue_.close();
+}
+
+void RlJob::produce() {
+  try {
+    if (config_.algorithm == "ppo")
+      produce_ppo();
+    else
+      produce_grpo();
+  } catch (const std::exception& e) {
+    if (!stop_) fail(std::string("rollout: ") + e.what());
+  }
+}
+
+namespace {
+std::vector<std::int64_t> all_rows(std::size_t n) {
+  std::vector<std::int64_t> r(n);
+  for (std::size_t i = 0; i < n; ++i) r[i] = static_cast<std::int64_t>(i);
+  return r;
+}
+}  // namespace
+
+// PPO: continuous rollouts of `horizon` steps; a finished episode is reset at once.
+void RlJob::produce_ppo() {
+  Observer obs(*this);
+  const auto n = sessions_.size();
+  const auto T = config_.horizon;
+  std::uint64_t next_seed = config_.seed * 1000003ull;
+  std::vector<std::uint64_t> seeds(n);
+  for (auto& s : seeds) s = next_seed++;
+  obs.run(all_rows(n), seeds, {});
+  std::vector<float> returns(n, 0.f);
+  auto acted = obs.act();
+  while (!stop_) {
+    Rollout r;
+    std::vector<torch::Tensor> pooled, state, actions, log_prob, reward, done;
+    r.version = acted.version;
+    for (int t = 0; t < T && !stop_; ++t) {
+      pooled.push_back(acted.pooled);
+      state.push_back(obs.state.clone());
+      actions.push_back(acted.actions);
+      log_prob.push_back(acted.log_prob);
+      auto step = obs.run(all_rows(n), {}, acted.actions.select(1, 0));
+      auto rew = torch::empty({static_cast<std::int64_t>(n)}), dn = torch::zeros({static_cast<std::int64_t>(n)});
+      std::vector<std::int64_t> finished;
+      for (std::size_t i = 0; i < n; ++i) {
+        rew[static_cast<std::int64_t>(i)] = step[i].outcome.reward;
+        returns[i] += step[i].outcome.reward;
+        if (step[i].outcome.done) {
+          dn[static_cast<std::int64_t>(i)] = 1;
+          finished.push_back(static_cast<std::int64_t>(i));
+          std::lock_guard lk(mu_);
+          window_.emplace_back(step[i].outcome.success, returns[i]);
+          if (window_.size() > 100) window_.erase(window_.begin());
+          ++progress_.episodes;
+          returns[i] = 0;
+        }
+      }
+      reward.push_back(rew);
+      done.push_back(dn);
+      if (!finished.empty()) {
+        std::vector<std::uint64_t> fresh(finished.size());
+        for (auto& s : fresh) s = next_seed++;
+        obs.run(finished, fresh, {});
+      }
+      {
+        std::lock_guard lk(mu_);
+        progress_.env_steps += n;
+      }
+      acted = obs.act();
+      r.version = std::min(r.version, acted.version);
+    }
+    if (stop_) break;
+    r.pooled = torch::stack(pooled);
+    r.state = torch::stack(state);
+    r.actions = torch::stack(actions);
+    r.log_prob = torch::stack(log_prob);
+    r.reward = torch::stack(reward);
+    r.done = torch::stack(done);
+    r.alive = torch::ones_like(r.reward);
+    r.last_pooled = acted.pooled;
+    r.last_state = obs.state.clone();
+    if (!queue_.push(std::move(r))) break;
+  }
+}
+
+// GRPO: every record is one episode per session; groups of group_size sessions start from the
+// same seed, so their returns differ only by the policy's sampling.
+void RlJob::produce_grpo() {
+  Observer obs(*this);
+  const auto n = sessions_.size();
+  const auto G = static_cast<std::size_t>(config_.group_size);
+  std::uint64_t next_seed = config_.seed * 1000003ull;
+  while (!stop_) {
+    std::vector<std::uint64_t> seeds(n);
+    for (std::size_t g = 0; g < n / G; ++g, ++next_seed)
+      for (std::size_t k = 0; k < G; ++k) seeds[g * G + k] = next_seed;
+    obs.run(all_rows(n), seeds, {});
+    Rollout r;
+    r.group_size = static_cast<std::int64_t>(G);
+    r.version = UINT64_MAX;
+    std::vector<torch::Tensor> pooled, state, actions, log_prob, reward, alive;
+    std::vector<bool> live(n, true);
+    auto ret = torch::zeros({static_cast<std::int64_t>(n)});
+    for (int t = 0; t < spec_.max_steps && !stop_; ++t) {
+      std::vector<std::int64_t> rows;
+      for (std::size_t i = 0; i < n; ++i)
+        if (live[i]) rows.push_back(static_cast<std::int64_t>(i));
+      if (rows.empty()) break;
+      auto acted = obs.act();  // all rows: finished ones are masked out below
+      r.version = std::min(r.version, acted.version);
+      pooled.push_back(acted.pooled);
+      state.push_back(obs.state.clone());
+      actions.push_back(acted.actions);
+      log_prob.push_back(acted.log_prob);
+      auto alive_t = torch::zeros({static_cast<std::int64_t>(n)}), rew = torch::zeros({static_cast<std::int64_t>(n)});
+      auto step = obs.run(rows, {}, acted.actions.select(1, 0).index_select(0, torch::tensor(rows, torch::kLong)));
+      for (std::size_t j = 0; j < rows.size(); ++j) {
+        const auto i = rows[j];
+        alive_t[i] = 1;
+        rew[i] = step[j].outcome.reward;
+        if (step[j].outcome.done) {
+          live[static_cast<std::size_t>(i)] = false;
+          std::lock_guard lk(mu_);
+          window_.emplace_back(step[j].outcome.success, ret[i].item<float>() + step[j].outcome.reward);
+          if (window_.size() > 100) window_.erase(window_.begin());
+          ++progress_.episodes;
+        }
+      }
+      ret += rew;
+      reward.push_back(rew);
+      alive.push_back(alive_t);
+      std::lock_guard lk(mu_);
+      progress_.env_steps += rows.size();
+    }
+    if (stop_) break;
+    r.pooled = torch::stack(pooled);
+    r.state = torch::stack(state);
+    r.actions = torch::stack(actions);
+    r.log_prob = torch::stack(log_prob);
+    r.reward = torch::stack(reward);
+    r.alive = torch::stack(alive);
+    r.done = torch::zeros_like(r.reward);
+    r.episode_return = ret;
+    if (!queue_.push(std::move(r))) break;
+  }
+}
+
+void RlJob::consume() {
+  try {
+    std::uint64_t version = progress().version;
+    for (int it = 0; it < config_.iterations && !stop_;) {
+      auto record = queue_.pop();
+      if (!record) break;
+      const long age = static_cast<long>(version - record->version);
+      const double weight = staleness_weight(config_.staleness, age);
+      if (weight == 0) {
+        std::lock_guard lk(mu_);
+        ++progress_.records_dropped;
+        continue;
+      }
+      UpdateStats stats;
+      policy_.with_slot([&](model::TenantSlot& slot) {
+        stats = config_.algorithm == "ppo"
+                    ? ppo_update(slot, value_, *value_opt_, *record, config_.update, weight, shuffle_)
+                    : grpo_update(slot, *record, config_.update, weight, shuffle_);
+        version = slot.publish();
+      });
+      ++it;
+      std::lock_guard lk(mu_);
+      progress_.iterations = it;
+      progress_.version = version;
+      progress_.policy_loss = stats.policy_loss;
+      progress_.value_loss = stats.value_loss;
+      progress_.entropy = stats.entropy;
+      if (weight < 1) ++progress_.records_downweighted;
+    }
+    {
+      std::lock_guard lk(mu_);
+      if (progress_.state == "running") progress_.state = "done";
+    }
+    stop_ = true;
+    queue_.close();
+  } catch (const std::exception& e) {
+    fail(std::string("update: ") + e.what());
+  }
+}
+
+}  // namespace nexus::rl

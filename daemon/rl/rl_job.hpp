@@ -1,0 +1,118 @@
+// An RL job: a tenant's intent "PPO (or GRPO) on task X" turned into two concurrent loops that
+// share nothing but a Training Queue.
+//   producer  steps the job's Environment Service sessions; each step asks the policy port for
+//             actions of the latest published version (grouped with other tenants' requests in
+//             the model service) and records them with the step's backbone features.
+//   actor     takes records off the queue, applies max_staleness, updates the tenant's head
+//             (and its value head) on the stored features, and publishes a new version.
+// A failure in either loop (a failed env session, a model error) ends the job as failed with its
+// reason; the tenant's slot keeps whatever versions were published.
+//
+// Thread safety: progress() and stop() from any thread.
+#pragma once
+#include <torch/torch.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/env/env_service.hpp"
+#include "daemon/model/tenant_slot.hpp"
+#include "daemon/rl/policy_update.hpp"
+#include "daemon/rl/rollout.hpp"
+#include "daemon/rl/training_queue.hpp"
+
+namespace nexus::rl {
+
+// What an RL job needs of the model service. act() and with_slot() block until done and throw
+// std::runtime_error with the model service's reason on failure.
+class PolicyPort {
+ public:
+  virtual ~PolicyPort() = default;
+  struct Acted {
+    torch::Tensor pooled;    // [n, D] (owned: not a view of a group's batch)
+    torch::Tensor actions;   // [n, chunk, A]
+    torch::Tensor log_prob;  // [n]
+    std::uint64_t version = 0;
+  };
+  // images uint8 [n, 1, H, W, 3], tokens int32 [n, T], mask uint8 [n, T], state float [n, S].
+  virtual Acted act(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask,
+                    const torch::Tensor& state) = 0;
+  // Runs fn on the tenant's slot where slots are touched (the model service's executor).
+  virtual void with_slot(const std::function<void(model::TenantSlot&)>& fn) = 0;
+  virtual std::int64_t image_size() const = 0;
+  virtual std::int64_t max_tokens() const = 0;
+  virtual std::int64_t feature_dim() const = 0;
+};
+
+struct RlConfig {
+  std::string algorithm = "ppo";  // ppo or grpo
+  std::string task = "reach";
+  int sessions = 16;              // GRPO: a multiple of group_size
+  int horizon = 32;               // PPO: steps per record
+  int group_size = 8;             // GRPO: episodes per start state
+  int iterations = 50;            // actor updates; then the job is done
+  int max_steps = 0;              // episode limit (0: the task's)
+  std::uint64_t seed = 1;
+  int queue_capacity = 2;
+  Staleness staleness;
+  UpdateConfig update;
+};
+
+struct RlProgress {
+  std::string state = "starting";  // starting, running, done, failed, stopped
+  std::string error;
+  int iterations = 0;
+  std::uint64_t version = 0;       // latest published
+  std::uint64_t first_version = 0; // the starting policy
+  std::uint64_t env_steps = 0, episodes = 0;
+  double recent_success = 0, recent_return = 0;  // over the last 100 training episodes
+  double policy_loss = 0, value_loss = 0, entropy = 0;
+  std::uint64_t records_dropped = 0, records_downweighted = 0;
+  double seconds = 0;
+};
+
+class RlJob {
+ public:
+  // Opens the sessions and publishes the starting version; throws std::runtime_error (nothing
+  // left behind) for a bad config.
+  RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvService& envs);
+  ~RlJob();  // stops and joins both loops, closes the sessions
+  RlJob(const RlJob&) = delete;
+  RlJob& operator=(const RlJob&) = delete;
+
+  RlProgress progress() const;
+  bool finished() const;
+  void stop();
+
+ private:
+  void produce();
+  void produce_ppo();
+  void produce_grpo();
+  void consume();
+  void fail(const std::string& why);
+  struct Observer;
+
+  const std::string tenant_;
+  const RlConfig config_;
+  PolicyPort& policy_;
+  env::EnvService& envs_;
+  std::vector<std::uint64_t> sessions_;
+  env::SessionSpec spec_;
+  TrainingQueue<Rollout> queue_;
+  ValueHead value_{nullptr};  // touched inside with_slot only
+  std::unique_ptr<torch::optim::AdamW> value_opt_;
+  at::Generator shuffle_;     // minibatch order; actor thread only
+
+  std::atomic<bool> stop_{false};
+  mutable std::mutex mu_;
+  RlProgress progress_;               // GUARDED_BY(mu_)
+  std::vector<std::pair<bool, float>> window_;  // GUARDED_BY(mu_): recent episodes
+  std::chrono::steady_clock::time_point started_;
+  std::thread producer_, actor_;
+};
+
+}  // namespace nexus::rl

@@ -1,0 +1,59 @@
+// rl_tenant: reinforcement learning through nexusd. Registers a gaussian head, asks the daemon
+// for an RL job (PPO or GRPO on a built-in task: the daemon runs the rollouts in its Environment
+// Service and the updates in its model service), prints progress, and ends with one JSON line.
+// Evaluate the result with eval_tenant --version <final version>.
+#include <cstdio>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "nexus/client.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"rl_tenant: PPO or GRPO on a built-in task, driven by nexusd"};
+  nexus::ClientOptions opt;
+  nexus::RlOptions rl;
+  double lr = 1e-3;
+  app.add_option("-s,--socket", opt.socket_path, "nexusd control socket");
+  app.add_option("-t,--tenant", opt.tenant, "tenant name")->required();
+  app.add_option("--algorithm", rl.algorithm, "ppo or grpo");
+  app.add_option("--task", rl.task, "reach or push");
+  app.add_option("--iterations", rl.iterations, "updates (each publishes a version)");
+  app.add_option("--sessions", rl.sessions, "simulator sessions");
+  app.add_option("--horizon", rl.horizon, "ppo: steps per rollout record");
+  app.add_option("--group-size", rl.group_size, "grpo: episodes per start state");
+  app.add_option("--max-staleness", rl.max_staleness, "records older than this many versions are dropped");
+  app.add_option("--lr", lr, "the head's learning rate");
+  app.add_option("--seed", rl.seed, "head initialisation and episode seeds");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    auto client = nexus::Client::attach(opt);
+    nexus::TenantSpec spec;
+    spec.head = {.kind = "gaussian", .state_dim = 4, .action_dim = 2, .chunk = 1};
+    spec.optimizer.lr = lr;
+    spec.seed = rl.seed;
+    client->register_tenant(spec);
+    const auto first = client->rl_start(rl);
+    nexus::RlStatus s;
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      s = client->rl_status();
+      std::fprintf(stderr, "[%s] %s %s it %d/%d v%llu  %.0f steps/s  success %.2f  return %.2f  loss %.4f\n",
+                   opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.iterations, rl.iterations,
+                   static_cast<unsigned long long>(s.version), s.env_steps / std::max(1e-9, s.seconds),
+                   s.recent_success, s.recent_return, s.policy_loss);
+      if (s.state != "running") break;
+    }
+    std::printf("{\"tenant\":\"%s\",\"algorithm\":\"%s\",\"task\":\"%s\",\"state\":\"%s\",\"error\":\"%s\","
+                "\"iterations\":%d,\"first_version\":%llu,\"version\":%llu,\"env_steps\":%llu,\"episodes\":%llu,"
+                "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,\"seconds\":%.1f}\n",
+                opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
+                s.iterations, static_cast<unsigned long long>(first), static_cast<unsigned long long>(s.version),
+                static_cast<unsigned long long>(s.env_steps), static_cast<unsigned long long>(s.episodes),
+                s.recent_success, s.recent_return, static_cast<unsigned long long>(s.records_dropped), s.seconds);
+    return s.state == "done" ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rl_tenant %s: %s\n", opt.tenant.c_str(), e.what());
+    return 1;
+  }
+}
