@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   nexus::ClientOptions opt;
   nexus::RlOptions rl;
   double lr = 1e-3;
+  int report_every = 2;
   app.add_option("-s,--socket", opt.socket_path, "nexusd control socket");
   app.add_option("-t,--tenant", opt.tenant, "tenant name")->required();
   app.add_option("--algorithm", rl.algorithm, "ppo or grpo");
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-staleness", rl.max_staleness, "records older than this many versions are dropped");
   app.add_option("--lr", lr, "the head's learning rate");
   app.add_option("--seed", rl.seed, "head initialisation and episode seeds");
+  app.add_option("--report-every", report_every, "a progress line every N seconds (0: none)");
   CLI11_PARSE(app, argc, argv);
   try {
     auto client = nexus::Client::attach(opt);
@@ -35,9 +37,10 @@ int main(int argc, char** argv) {
     client->register_tenant(spec);
     const auto first = client->rl_start(rl);
     nexus::RlStatus s;
-    for (;;) {
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+    for (int tick = 1;; ++tick) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
       s = client->rl_status();
+      if (s.state == "running" && (report_every <= 0 || tick % report_every != 0)) continue;
       std::fprintf(stderr, "[%s] %s %s it %d/%d v%llu  %.0f steps/s  success %.2f  return %.2f  loss %.4f\n",
                    opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.iterations, rl.iterations,
                    static_cast<unsigned long long>(s.version), s.env_steps / std::max(1e-9, s.seconds),

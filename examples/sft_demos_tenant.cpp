@@ -3,6 +3,7 @@
 // instruction, proprio state, action chunk) into the shared arena, trains a head on nexusd's
 // resident backbone, publishes a policy version, prints one JSON line.
 #include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
       for (std::int64_t t = 0; t < demos.episodes[e].steps; ++t) index.emplace_back(e, t);
     std::mt19937_64 rng(spec.seed);
     double first = NAN, last = NAN;
+    const auto started = std::chrono::steady_clock::now();
     for (int step = 1; step <= steps; ++step) {
       for (std::int64_t i = 0; i < n; ++i) {  // written in place: the daemon reads these bytes
         const auto [e, t] = index[rng() % index.size()];
@@ -70,8 +72,9 @@ int main(int argc, char** argv) {
       if (step == 1) first = r.loss;
       last = r.loss;
       if (report_every > 0 && (step % report_every == 0 || step == steps))
-        std::fprintf(stderr, "[%s %s] step %d/%d loss %.4f\n", opt.tenant.c_str(), spec.head.kind.c_str(), step, steps,
-                     r.loss);
+        std::fprintf(stderr, "[%s] sft %s step %d/%d  %.1f steps/s  loss %.4f\n", opt.tenant.c_str(),
+                     spec.head.kind.c_str(), step, steps,
+                     step / std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), r.loss);
     }
     const auto version = client->publish();
     auto number = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };

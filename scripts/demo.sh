@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# The README's main command: set-up, then the main job. nexusd holds one frozen, pretrained
-# backbone; four lab members' SFT jobs (different heads) attach and train at once; their
-# requests are group-batched into shared backbone passes. At the end: each job's held-out
-# result and what grouping saved.
+# The README's main command: set-up, then the reference scenario. nexusd holds one frozen,
+# pretrained backbone; four lab members work on it at once:
+#   alice  PPO on reach       (the daemon runs her rollouts and updates: an RL job)
+#   bob    PPO on push
+#   carol  GRPO on reach
+#   erin   SFT on 200 recorded demonstrations of reach (her own process feeds the batches)
+# Their requests (rollout steps, SFT batches) are group-batched into shared backbone passes.
+# While they run: a progress line per tenant every 20 s. At the end: each policy's closed-loop
+# success in new episodes, before and after, measured read-only, and what grouping saved.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/setup.sh" release >/dev/null
 bin=$here/build/release
 weights=$here/build/weights/backbone-tiny.safetensors
-steps=${NEXUS_DEMO_STEPS:-300}
-demo_steps=${NEXUS_DEMO_REACH_STEPS:-3000}
+sft_steps=${NEXUS_DEMO_SFT_STEPS:-2000}
+ppo_iterations=${NEXUS_DEMO_PPO_ITERATIONS:-100}
 run=$(mktemp -d /tmp/nexus-demo-XXXXXX)
 chmod 755 "$run"
 sock=$run/nexusd.sock
@@ -19,55 +24,81 @@ cleanup() {
   rm -rf "$run"
 }
 trap cleanup EXIT
+started=$(date +%s)
 
 echo "== starting nexusd: tiny backbone, pretrained weights $weights"
 "$bin/daemon/nexusd" --socket "$sock" --weights "$weights" 2>"$run/nexusd.log" &
 daemon_pid=$!
 for _ in $(seq 200); do "$bin/client/nexusctl" -s "$sock" status >/dev/null 2>&1 && break; sleep 0.05; done
 
-echo "== recording 200 demonstrations of the MuJoCo reach task from its scripted expert"
-"$bin/client/nexusctl" dataset record --task reach --episodes 200 --out "$run/reach.hdf5"
+echo "== recording 200 demonstrations of the MuJoCo reach task from its scripted expert (for erin)"
+"$bin/client/nexusctl" dataset record --task reach --episodes 200 --out "$run/reach.hdf5" | tail -1
 
-echo "== five tenants train at once: four on the synthetic reach task ($steps SFT steps of 16),"
-echo "   erin on the recorded MuJoCo demonstrations ($demo_steps steps of 32)"
+echo "== four tenants at once: alice PPO reach ($ppo_iterations updates), bob PPO push, carol GRPO reach,"
+echo "   erin SFT on the demonstrations ($sft_steps steps of 32)"
 pids=()
-for job in alice:mlp_chunk:1 bob:flow:2 carol:gaussian:3 dave:mlp_chunk:4; do
-  IFS=: read -r name head seed <<<"$job"
-  "$bin/examples/sft_tenant" -s "$sock" -t "$name" --head "$head" --seed "$seed" --steps "$steps" \
-    --report-every 50 >"$run/$name.json" &
+rl() {  # name algorithm task iterations [extra args]
+  local name=$1; shift
+  "$bin/examples/rl_tenant" -s "$sock" -t "$name" --algorithm "$1" --task "$2" --iterations "$3" "${@:4}" \
+    --report-every 5 >"$run/$name.json" 2>"$run/$name.log" &
   pids+=($!)
-done
-"$bin/examples/sft_demos_tenant" -s "$sock" -t erin --dataset "$run/reach.hdf5" --steps "$demo_steps" \
-  --batch 32 --report-every 500 >"$run/erin.json" &
+}
+rl alice ppo reach "$ppo_iterations"
+rl bob ppo push 60 --seed 2
+rl carol grpo reach 40 --sessions 32 --group-size 4 --seed 3
+"$bin/examples/sft_demos_tenant" -s "$sock" -t erin --dataset "$run/reach.hdf5" --steps "$sft_steps" \
+  --batch 32 --report-every 100 >"$run/erin.json" 2>"$run/erin.log" &
 pids+=($!)
-sleep 3
+running() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+sleep 5
 echo "== nexusctl status (while they train)"
 "$bin/client/nexusctl" -s "$sock" status
-wait "${pids[@]}"
-echo "== results: held-out action error vs predicting the mean (improvement = baseline / error)"
-python3 - "$run"/alice.json "$run"/bob.json "$run"/carol.json "$run"/dave.json <<'PY'
-import json, sys
-print(f"{'tenant':8} {'head':10} {'loss first -> last':>22} {'held-out L1':>12} {'baseline':>9} {'improvement':>12}")
-for path in sys.argv[1:]:
-    r = json.load(open(path))
-    print(f"{r['tenant']:8} {r['head']:10} {r['first_loss']:10.4f} -> {r['last_loss']:8.4f} "
-          f"{r['heldout_l1']:12.4f} {r['baseline_l1']:9.4f} {r['improvement']:11.1f}x")
-PY
-echo "== erin's published policy in the simulator: 50 new reach episodes, read-only"
-"$bin/examples/eval_tenant" -s "$sock" -t erin --task reach --episodes 50 --version 1 >"$run/erin-eval.json"
-python3 - "$run/erin-eval.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(f"reach success {100 * r['success_rate']:.0f}% (an untrained head: 0%), mean return {r['mean_return']:.2f}; "
-      f"parameters and optimizer state unchanged by the evaluation: {'yes' if r['unchanged'] else 'NO'}")
+while running; do
+  for _ in $(seq 20); do running && sleep 1; done
+  echo "-- $(( $(date +%s) - started )) s"
+  for name in alice bob carol erin; do tail -n 1 "$run/$name.log" 2>/dev/null | sed 's/^/   /'; done
+done
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+if [ $status -ne 0 ]; then
+  echo "a tenant failed:"; tail -n 3 "$run"/*.log; exit 1
+fi
+
+echo "== each policy in 50 new episodes, before (its starting version) and after, read-only"
+eval_pids=()
+for job in alice:reach bob:push carol:reach; do
+  IFS=: read -r name task <<<"$job"
+  first=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_version"])' "$run/$name.json")
+  last=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$run/$name.json")
+  "$bin/examples/eval_tenant" -s "$sock" -t "$name" --task "$task" --episodes 50 --version "$first" >"$run/$name-before.json"
+  "$bin/examples/eval_tenant" -s "$sock" -t "$name" --task "$task" --episodes 50 --version "$last" >"$run/$name-after.json" &
+  eval_pids+=($!)
+done
+"$bin/examples/eval_tenant" -s "$sock" -t erin --task reach --episodes 50 --version 1 >"$run/erin-after.json" &
+eval_pids+=($!)
+wait "${eval_pids[@]}"
+python3 - "$run" <<'PY'
+import json, sys, os
+run = sys.argv[1]
+def load(name):
+    p = os.path.join(run, name)
+    return json.load(open(p)) if os.path.exists(p) else None
+print(f"{'tenant':7} {'work':16} {'updates':>8} {'env steps':>10} {'success before -> after':>24} {'unchanged by eval':>18}")
+for name, work in [("alice", "PPO reach"), ("bob", "PPO push"), ("carol", "GRPO reach")]:
+    job, before, after = load(name + ".json"), load(name + "-before.json"), load(name + "-after.json")
+    print(f"{name:7} {work:16} {job['iterations']:8d} {job['env_steps']:10d} "
+          f"{100 * before['success_rate']:10.0f}% -> {100 * after['success_rate']:4.0f}%      "
+          f"{'yes' if before['unchanged'] and after['unchanged'] else 'NO':>12}")
+sft, after = load("erin.json"), load("erin-after.json")
+print(f"{'erin':7} {'SFT demos reach':16} {sft['steps']:8d} {'-':>10} {'0% (untrained) -> ':>20}{100 * after['success_rate']:4.0f}%      "
+      f"{'yes' if after['unchanged'] else 'NO':>12}")
 PY
 echo "== grouping"
-"$bin/client/nexusctl" -s "$sock" status | grep backbone
 "$bin/client/nexusctl" -s "$sock" status --json | python3 -c '
 import json, sys
 s = json.load(sys.stdin)
 g, r = s["model_groups"], s["model_requests"]
-print(f"one by one, the {r} requests would have needed {r} backbone passes; grouped they took {g} "
-      f"({100 * (1 - g / r):.0f}% fewer passes, {r / g:.2f} requests per pass)")'
+print(f"one by one, the {r} requests (rollout steps, SFT batches, evaluations) would have needed {r} backbone passes;"
+      f" grouped they took {g} ({100 * (1 - g / r):.0f}% fewer, {r / g:.2f} requests per pass)")'
 kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=
-echo "== done: nexusd stopped cleanly"
+echo "== done in $(( $(date +%s) - started )) s: nexusd stopped cleanly"

@@ -8,19 +8,13 @@
 
 #include "nexus/status.hpp"
 #include "processes.hpp"
+#include "tenant_run.hpp"
 
 using namespace nexus::test;
 
 namespace {
 
 // Runs a program to completion; its exit code and its stdout's last line as JSON (or null).
-std::pair<int, nlohmann::json> run(const std::vector<std::string>& argv, const TempDir& dir, const std::string& tag) {
-  const pid_t p = spawn(argv, {.stdout_path = dir.path + "/" + tag + ".out", .stderr_path = dir.path + "/" + tag + ".err"});
-  const int rc = wait_exit(p, std::chrono::seconds(300)).value_or(-1);
-  INFO(tag << " stderr: " << read_file(dir.path + "/" + tag + ".err"));
-  const auto line = last_line(dir.path + "/" + tag + ".out");
-  return {rc, nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false)};
-}
 
 }  // namespace
 
@@ -28,9 +22,9 @@ TEST_CASE("recorded reach demonstrations train a head through nexusd, evaluation
           "[integration][model][sim][datasets]") {
   TempDir dir;
   const std::string file = dir.path + "/reach.hdf5";
-  REQUIRE(run({nexusctl_path(), "dataset", "record", "--task", "reach", "--episodes", "100", "--out", file}, dir, "record")
+  REQUIRE(run_json({nexusctl_path(), "dataset", "record", "--task", "reach", "--episodes", "100", "--out", file}, dir, "record")
               .first == 0);
-  const auto [info_rc, info] = run({nexusctl_path(), "dataset", "info", file, "--json"}, dir, "info");
+  const auto [info_rc, info] = run_json({nexusctl_path(), "dataset", "info", file, "--json"}, dir, "info");
   REQUIRE(info_rc == 0);
   CHECK(info["demos"] == 100);
   CHECK(info["successes"] == 100);
@@ -38,12 +32,12 @@ TEST_CASE("recorded reach demonstrations train a head through nexusd, evaluation
 
   Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
   auto sft = [&](const std::string& tenant, int steps) {
-    return run({NEXUS_TEST_SFT_DEMOS_TENANT, "--socket", daemon.socket(), "--tenant", tenant, "--dataset", file,
+    return run_json({NEXUS_TEST_SFT_DEMOS_TENANT, "--socket", daemon.socket(), "--tenant", tenant, "--dataset", file,
                 "--steps", std::to_string(steps), "--batch", "32", "--report-every", "0"},
                dir, "sft-" + tenant);
   };
   auto eval = [&](const std::string& tenant) {
-    return run({NEXUS_TEST_EVAL_TENANT, "--socket", daemon.socket(), "--tenant", tenant, "--episodes", "50",
+    return run_json({NEXUS_TEST_EVAL_TENANT, "--socket", daemon.socket(), "--tenant", tenant, "--episodes", "50",
                 "--version", "1"},
                dir, "eval-" + tenant);
   };
@@ -66,7 +60,7 @@ TEST_CASE("a broken demonstration file is a clear error for its tenant, and nexu
   const std::string garbage = dir.path + "/garbage.hdf5";
   std::ofstream(garbage) << "this is not an HDF5 file";
   Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
-  const auto [rc, out] = run({NEXUS_TEST_SFT_DEMOS_TENANT, "--socket", daemon.socket(), "--tenant", "careless",
+  const auto [rc, out] = run_json({NEXUS_TEST_SFT_DEMOS_TENANT, "--socket", daemon.socket(), "--tenant", "careless",
                               "--dataset", garbage, "--steps", "5"},
                              dir, "garbage");
   CHECK(rc == 2);

@@ -1,0 +1,125 @@
+// The Environment Service and RL jobs through nexusd, with real tenant processes and libnexus:
+// sessions belong to their tenant, bad requests are typed errors, a PPO job publishes versions
+// that eval_tenant evaluates without changing the slot.
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include "nexus/client.hpp"
+#include "nexus/status.hpp"
+#include "processes.hpp"
+#include "tenant_run.hpp"
+
+using namespace nexus::test;
+
+namespace {
+
+std::unique_ptr<nexus::Client> attach(const Daemon& d, const std::string& tenant) {
+  nexus::ClientOptions o;
+  o.socket_path = d.socket();
+  o.tenant = tenant;
+  o.timeout = std::chrono::seconds(60);
+  return nexus::Client::attach(o);
+}
+
+template <class F>
+nexus::ErrorCode error_of(F&& f) {
+  try {
+    f();
+  } catch (const nexus::Error& e) {
+    return e.code();
+  }
+  return nexus::ErrorCode::None;
+}
+
+
+}  // namespace
+
+TEST_CASE("environment sessions belong to their tenant and bad requests are typed errors",
+          "[integration][model][env]") {
+  TempDir dir;
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
+  auto alice = attach(daemon, "alice");
+  auto mallory = attach(daemon, "mallory");
+  const auto envs = alice->env_open("reach", 3);
+  REQUIRE(envs.ids.size() == 3);
+  CHECK(envs.state_dim == 4);
+  CHECK(envs.action_dim == 2);
+  CHECK(envs.max_steps == 40);
+  const std::int64_t n = 3, h = envs.image_size;
+  auto images = alice->alloc(nexus::DType::UInt8, {n, 1, h, h, 3});
+  auto state = alice->alloc(nexus::DType::Float32, {n, 4});
+  std::fill(images.raw().begin(), images.raw().end(), 0);
+  const std::vector<std::uint64_t> seeds{1, 2, 3};
+  const auto reset = alice->env_reset(envs.ids, seeds, images, state);
+  REQUIRE(reset.errors == std::vector<std::string>(3, ""));
+  CHECK(reset.instructions[0].find("reach the") == 0);
+  // The observation was written into alice's arena: a rendered table, not zeros.
+  CHECK(std::count(images.raw().begin(), images.raw().end(), 0) < static_cast<long>(images.raw().size()) / 2);
+
+  std::vector<float> actions(6, 0.5f);
+  const auto step = alice->env_step(envs.ids, actions, images, state);
+  CHECK(step.errors == std::vector<std::string>(3, ""));
+  CHECK(step.done == std::vector<bool>(3, false));
+
+  // Another tenant cannot step, reset or close alice's sessions: they do not exist for it.
+  auto m_images = mallory->alloc(nexus::DType::UInt8, {n, 1, h, h, 3});
+  auto m_state = mallory->alloc(nexus::DType::Float32, {n, 4});
+  CHECK(error_of([&] { mallory->env_step(envs.ids, actions, m_images, m_state); }) == nexus::ErrorCode::UnknownSession);
+  CHECK(error_of([&] { mallory->env_reset(envs.ids, seeds, m_images, m_state); }) == nexus::ErrorCode::UnknownSession);
+  CHECK(mallory->env_close(envs.ids) == 0);
+
+  // Wrong action dimension, a wrongly shaped observation tensor, an unknown task, a bad count.
+  std::vector<float> three_d(9, 0.1f);
+  CHECK(error_of([&] { alice->env_step(envs.ids, three_d, images, state); }) == nexus::ErrorCode::EnvFailed);
+  auto small = alice->alloc(nexus::DType::UInt8, {n, 1, 8, 8, 3});
+  CHECK(error_of([&] { alice->env_step(envs.ids, actions, small, state); }) == nexus::ErrorCode::BadTensor);
+  CHECK(error_of([&] { alice->env_open("fly", 1); }) == nexus::ErrorCode::EnvFailed);
+  CHECK(error_of([&] { alice->env_open("reach", 0); }) == nexus::ErrorCode::EnvFailed);
+  // A non-finite action is that session's error; the others step on.
+  std::vector<float> one_bad{0.1f, 0.1f, std::nanf(""), 0.1f, 0.1f, 0.1f};
+  const auto mixed = alice->env_step(envs.ids, one_bad, images, state);
+  CHECK(mixed.errors[0].empty());
+  CHECK(mixed.errors[1].find("finite") != std::string::npos);
+  CHECK(mixed.failed[1] == false);
+  CHECK(mixed.errors[2].empty());
+
+  CHECK(alice->env_close(envs.ids) == 3);
+  CHECK(error_of([&] { alice->env_step(envs.ids, actions, images, state); }) == nexus::ErrorCode::UnknownSession);
+  CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+}
+
+TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only", "[integration][model][rl]") {
+  TempDir dir;
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
+  {
+    // No job yet; a head RL cannot train is refused at start.
+    auto c = attach(daemon, "bob");
+    CHECK(error_of([&] { c->rl_status(); }) == nexus::ErrorCode::JobFailed);
+    nexus::TenantSpec spec;
+    spec.head = {.kind = "mlp_chunk", .state_dim = 4, .action_dim = 2, .chunk = 1};
+    c->register_tenant(spec);
+    CHECK(error_of([&] { c->rl_start({}); }) == nexus::ErrorCode::JobFailed);
+    spec.head.kind = "gaussian";
+    c->register_tenant(spec);
+    CHECK(error_of([&] { c->rl_start({.algorithm = "grpo", .sessions = 6, .group_size = 4}); }) ==
+          nexus::ErrorCode::JobFailed);
+  }
+  const auto [rc, out] = run_json({NEXUS_TEST_RL_TENANT, "--socket", daemon.socket(), "--tenant", "carol", "--iterations", "4",
+                              "--sessions", "8", "--horizon", "16"},
+                             dir, "rl");
+  INFO(out.dump());
+  REQUIRE(rc == 0);
+  CHECK(out["state"] == "done");
+  CHECK(out["iterations"] == 4);
+  CHECK(out["first_version"] == 1);
+  CHECK(out["version"] == 5);
+  CHECK(out["env_steps"].get<int>() >= 4 * 8 * 16);
+  const auto [erc, eval] = run_json({NEXUS_TEST_EVAL_TENANT, "--socket", daemon.socket(), "--tenant", "carol", "--episodes",
+                                "10", "--version", "5"},
+                               dir, "eval");
+  INFO(eval.dump());
+  CHECK(erc == 0);
+  CHECK(eval["unchanged"] == true);
+  CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+}
