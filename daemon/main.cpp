@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   std::uint32_t batch_samples = 0;
   long batch_wait_us = -1;
   bool deterministic = false;
+  std::vector<std::string> external_envs;
   app.add_option("-c,--config", config_path, "TOML config file (see systemd/nexusd.toml)");
   app.add_option("-s,--socket", socket_path, "control socket path (default /run/nexus/nexusd.sock)");
   app.add_option("--spin-us", spin_us, "busy-poll the rings this long after the last request");
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");
   app.add_flag("--deterministic", deterministic,
                "bitwise per-sample results whatever the group: one backbone pass per request");
+  app.add_option("--external-env", external_envs,
+                 "NAME=SOCKET: an external environment's simulator process; tenants open \"NAME:task\"");
   app.add_flag("--version", version, "print the version and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {
@@ -71,6 +74,14 @@ int main(int argc, char** argv) {
   if (batch_samples > 0) config.batch_samples = batch_samples;
   if (batch_wait_us >= 0) config.batch_wait = std::chrono::microseconds(batch_wait_us);
   if (deterministic) config.deterministic = true;
+  for (const auto& e : external_envs) {
+    const auto eq = e.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == e.size() || e.substr(0, eq).find(':') != std::string::npos) {
+      std::fprintf(stderr, "nexusd: --external-env wants NAME=SOCKET, got '%s'\n", e.c_str());
+      return 2;
+    }
+    config.external_envs[e.substr(0, eq)] = e.substr(eq + 1);
+  }
   nexus::daemon::init_logging(config.log_level);
 
   std::signal(SIGPIPE, SIG_IGN);
@@ -92,6 +103,7 @@ int main(int argc, char** argv) {
       mc.batch = {config.batch_samples, config.batch_wait};
       mc.state_dir = config.state_dir;
       mc.deterministic = config.deterministic;
+      mc.external_envs = config.external_envs;
       model = std::make_unique<nexus::daemon::ModelService>(mc, [&reactor](std::uint64_t session, std::vector<std::uint8_t> reply) {
         reactor->post_completion(session, std::move(reply));
       });

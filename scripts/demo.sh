@@ -90,7 +90,7 @@ for name, work in [("alice", "PPO reach"), ("bob", "PPO push"), ("carol", "GRPO 
           f"{100 * before['success_rate']:10.0f}% -> {100 * after['success_rate']:4.0f}%      "
           f"{'yes' if before['unchanged'] and after['unchanged'] else 'NO':>12}")
 sft, after = load("erin.json"), load("erin-after.json")
-print(f"{'erin':7} {'SFT demos reach':16} {sft['steps']:8d} {'-':>10} {'0% (untrained) -> ':>20}{100 * after['success_rate']:4.0f}%      "
+print(f"{'erin':7} {'SFT demos reach':16} {sft['steps']:8d} {'-':>10} {'0% (untrained) ->':>17} {100 * after['success_rate']:4.0f}%      "
       f"{'yes' if after['unchanged'] else 'NO':>12}")
 PY
 echo "== grouping"

@@ -42,6 +42,15 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
     if (!v || !n.is_boolean()) throw std::runtime_error("config " + path + ": model.deterministic must be true or false");
     c.deterministic = *v;
   }
+  if (const auto* ext = t["env"]["external"].as_table()) {
+    for (const auto& [name, value] : *ext) {
+      const auto p = value.value<std::string>();
+      if (!p || p->empty() || name.str().find(':') != std::string_view::npos)
+        throw std::runtime_error("config " + path + ": env.external." + std::string(name.str()) +
+                                 " must be a socket path (and the name must not contain ':')");
+      c.external_envs[std::string(name.str())] = *p;
+    }
+  }
   return c;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "schema/protocol.hpp"
@@ -24,6 +25,9 @@ struct DaemonConfig {
   std::uint32_t batch_samples = 64;             // B: a group flushes at this many samples
   std::chrono::microseconds batch_wait{2000};   // T: ... or when its oldest request waited this long
   bool deterministic = false;                   // bitwise results whatever the group (no grouping)
+  // External environments: name -> the Unix socket its simulator process listens on. Tenants
+  // open its tasks as "<name>:<task>".
+  std::map<std::string, std::string> external_envs;
 };
 
 // Loads `path` over the defaults; throws std::runtime_error with the file and key on bad input.

@@ -13,6 +13,7 @@
 
 #include "daemon/env/env_requests.hpp"
 #include "daemon/env/env_service.hpp"
+#include "daemon/env/external_session.hpp"
 #include "daemon/rl/rl_job.hpp"
 
 #include "daemon/ipc/decode/reply_builder.hpp"
@@ -549,7 +550,7 @@ struct ModelService::Impl {
   std::thread thread;
 
   // Front desk (front thread only, after construction): sessions, jobs and their policy ports.
-  env::EnvService envs{{.workers = 1}};
+  env::EnvService envs{{.workers = 1}, env::session_factory(config.external_envs, std::chrono::seconds(10))};
   std::map<std::string, std::unique_ptr<Policy>> policies;
   std::map<std::string, std::unique_ptr<rl::RlJob>> jobs;
   std::mutex front_mu;

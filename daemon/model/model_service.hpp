@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct ModelConfig {
   // request (no grouping) and deterministic algorithms. A tenant's losses are then bitwise the
   // same alone or among others.
   bool deterministic = false;
+  std::map<std::string, std::string> external_envs;  // name -> socket of its simulator process
 };
 
 class ModelService : public ModelPort {

@@ -3,6 +3,10 @@
 // that eval_tenant evaluates without changing the slot.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "nexus/client.hpp"
@@ -121,5 +125,65 @@ TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only",
   INFO(eval.dump());
   CHECK(erc == 0);
   CHECK(eval["unchanged"] == true);
+  CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+}
+
+TEST_CASE("an external environment killed mid-episode fails its sessions alone; the tenant opens new ones",
+          "[integration][model][env]") {
+  TempDir dir;
+  const std::string sim_socket = dir.path + "/sim.sock";
+  auto start_sim = [&] {
+    ::unlink(sim_socket.c_str());
+    const pid_t p = spawn({NEXUS_TEST_EXTERNAL_ENV, "--socket", sim_socket}, {.stdout_path = dir.path + "/sim.out"});
+    REQUIRE(eventually([&] { return ::access(sim_socket.c_str(), F_OK) == 0; }, std::chrono::seconds(10)));
+    return p;
+  };
+  pid_t sim = start_sim();
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn",
+                 "--external-env", "mysim=" + sim_socket});
+  auto alice = attach(daemon, "alice");
+  auto bob = attach(daemon, "bob");
+  const auto ext = alice->env_open("mysim:reach", 2);
+  const auto local = alice->env_open("reach", 1);
+  const auto bobs = bob->env_open("reach", 1);
+  const std::int64_t h = ext.image_size;
+  auto images = alice->alloc(nexus::DType::UInt8, {2, 1, h, h, 3});
+  auto state = alice->alloc(nexus::DType::Float32, {2, 4});
+  auto one_image = alice->alloc(nexus::DType::UInt8, {1, 1, h, h, 3});
+  auto one_state = alice->alloc(nexus::DType::Float32, {1, 4});
+  auto b_image = bob->alloc(nexus::DType::UInt8, {1, 1, h, h, 3});
+  auto b_state = bob->alloc(nexus::DType::Float32, {1, 4});
+  const std::vector<std::uint64_t> seeds{5, 6}, seed5{5};
+  REQUIRE(alice->env_reset(ext.ids, seeds, images, state).errors == std::vector<std::string>(2, ""));
+  REQUIRE(alice->env_reset(local.ids, seed5, one_image, one_state).errors[0].empty());
+  // The external process runs the same task code: seed 5 renders the same frame in both.
+  CHECK(std::equal(one_image.raw().begin(), one_image.raw().end(), images.raw().begin()));
+  REQUIRE(bob->env_reset(bobs.ids, seed5, b_image, b_state).errors[0].empty());
+  const std::vector<float> two(4, 0.3f), one(2, 0.3f);
+  auto r = alice->env_step(ext.ids, two, images, state);
+  CHECK(r.errors == std::vector<std::string>(2, ""));
+  // A bad action is reported by the external process as the caller's error, not a fault.
+  const std::vector<float> bad{0.3f, 0.3f, std::nanf(""), 0.f};
+  r = alice->env_step(ext.ids, bad, images, state);
+  CHECK(r.errors[1].find("finite") != std::string::npos);
+  CHECK_FALSE(r.failed[1]);
+
+  ::kill(sim, SIGKILL);
+  REQUIRE(wait_exit(sim, std::chrono::seconds(10)).has_value());
+  r = alice->env_step(ext.ids, two, images, state);
+  CHECK(r.failed == std::vector<bool>{true, true});
+  CHECK(r.errors[0].find("external environment") != std::string::npos);
+  CHECK(alice->env_step(local.ids, one, one_image, one_state).errors[0].empty());  // the tenant's others step on
+  CHECK(bob->env_step(bobs.ids, one, b_image, b_state).errors[0].empty());          // other tenants too
+  CHECK(error_of([&] { alice->env_open("mysim:reach", 1); }) == nexus::ErrorCode::EnvFailed);  // nobody listens
+  CHECK(error_of([&] { alice->env_open("nosuch:reach", 1); }) == nexus::ErrorCode::EnvFailed);
+
+  sim = start_sim();
+  CHECK(alice->env_close(ext.ids) == 2);
+  const auto fresh = alice->env_open("mysim:reach", 1);
+  CHECK(alice->env_reset(fresh.ids, seed5, one_image, one_state).errors[0].empty());
+  CHECK(alice->env_step(fresh.ids, one, one_image, one_state).errors[0].empty());
+  ::kill(sim, SIGKILL);
+  wait_exit(sim, std::chrono::seconds(10));
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }

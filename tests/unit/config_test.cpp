@@ -17,6 +17,7 @@ TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[con
   CHECK(c.batch_wait == defaults.batch_wait);
   CHECK(c.state_dir == defaults.state_dir);
   CHECK(c.deterministic == defaults.deterministic);
+  CHECK(c.external_envs.empty());
 }
 
 TEST_CASE("config values override defaults, bad ones are refused with the key named", "[config]") {
@@ -24,7 +25,7 @@ TEST_CASE("config values override defaults, bad ones are refused with the key na
   const std::string path = dir.path + "/c.toml";
   std::ofstream(path) << "[daemon]\nsocket = \"/tmp/x.sock\"\nspin_us = 0\nmax_tenants = 3\n"
                          "[model]\nbackbone = \"small\"\nbatch_samples = 8\nbatch_wait_us = 500\nstate_dir = \"/srv/n\"\n"
-                         "deterministic = true\n";
+                         "deterministic = true\n[env.external]\nmysim = \"/run/nexus/mysim.sock\"\n";
   const auto c = load_config_file(path);
   CHECK(c.socket_path == "/tmp/x.sock");
   CHECK(c.spin.count() == 0);
@@ -34,6 +35,9 @@ TEST_CASE("config values override defaults, bad ones are refused with the key na
   CHECK(c.batch_wait.count() == 500);
   CHECK(c.state_dir == "/srv/n");
   CHECK(c.deterministic);
+  CHECK(c.external_envs == std::map<std::string, std::string>{{"mysim", "/run/nexus/mysim.sock"}});
+  std::ofstream(path) << "[env.external]\nmysim = 3\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("env.external.mysim"));
   std::ofstream(path) << "[model]\ndeterministic = \"yes\"\n";
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.deterministic"));
   std::ofstream(path) << "[daemon]\nmax_tenants = -1\n";
