@@ -1,6 +1,14 @@
-// Client calls for Environment Service sessions and RL jobs (nexus/env.hpp).
+// Client calls for datasets, Environment Service sessions and RL jobs (nexus/env.hpp).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+
 #include "client_state.hpp"
 #include "nexus/client.hpp"
+#include "schema/control_frame.hpp"
 
 namespace nexus {
 namespace {
@@ -32,6 +40,46 @@ EnvStepResult step_result(const std::vector<std::uint8_t>& bytes) {
 }
 
 }  // namespace
+
+DatasetInfo Client::dataset_load(const std::string& name, const std::string& path, std::uint64_t seed) {
+  // Opened here, so that the kernel checks *your* permissions; nexusd only ever gets the file.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    throw Error(e == EACCES || e == EPERM ? ErrorCode::PermissionDenied : ErrorCode::BadDataset,
+                "cannot read " + path + ": " + std::strerror(e));
+  }
+  // One load at a time per client, until its reply: nexusd pairs a load with the newest
+  // descriptor, which must be this one.
+  static std::mutex loading;  // per process: simple, and loads are rare
+  std::lock_guard lock(loading);
+  const std::uint8_t marker = 0;
+  const bool sent = schema::send_frame(state_->attachment->socket, {&marker, 1}, {&fd, 1});
+  ::close(fd);  // nexusd holds its own copy now
+  if (!sent) throw Error(ErrorCode::DaemonGone, "the control socket closed");
+  const auto id = state_->submit(wire::Body::DatasetLoadRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateDatasetLoadRequest(fbb, fbb.CreateString(name), seed).Union();
+  });
+  try {
+    const auto bytes = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
+    const auto* r = reply_message(bytes, wire::Body::DatasetLoadReply)->body_as_DatasetLoadReply();
+    return DatasetInfo{r->episodes(), r->samples(), r->state_dim(), r->action_dim()};
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::BadDataset) throw Error(ErrorCode::BadDataset, path + ": " + e.what());
+    throw;
+  }
+}
+
+Future<SftResult> Client::dataset_sft_step_async(const std::string& name, std::int32_t batch, std::int32_t chunk) {
+  const auto id = state_->submit(wire::Body::DatasetSftStepRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateDatasetSftStepRequest(fbb, fbb.CreateString(name), batch, chunk).Union();
+  });
+  return Future<SftResult>(state_.get(), id);
+}
+
+SftResult Client::dataset_sft_step(const std::string& name, std::int32_t batch, std::int32_t chunk) {
+  return dataset_sft_step_async(name, batch, chunk).get();
+}
 
 EnvSessions Client::env_open(const std::string& task, std::int32_t count, std::int32_t max_steps) {
   const auto id = state_->submit(wire::Body::EnvOpenRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {

@@ -30,6 +30,7 @@ struct ModelWork {
   std::shared_ptr<const std::atomic<bool>> alive;    // false once the tenant detached
   sched::Clock::time_point arrival{};
   std::shared_ptr<InternalWork> internal;            // set for the daemon's own work: no message
+  std::shared_ptr<const int> fd;                     // DatasetLoadRequest: the file (closed with the last copy)
 };
 
 struct ModelStats {

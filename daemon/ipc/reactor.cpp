@@ -125,11 +125,8 @@ bool Reactor::handle_events(int timeout_ms) {
       case Tag::TenantSocket: {
         auto it = sessions_.find(id);
         if (it == sessions_.end()) break;
-        // Tenants send nothing after attach: readable means EOF (or junk, which we discard).
-        char buf[256];
-        const ssize_t got = ::recv(it->second->socket, buf, sizeof buf, MSG_DONTWAIT);
-        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR) ||
-            (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)))
+        // After attach a tenant sends only descriptors (datasets); anything else is discarded.
+        if (!collect_offered_fds(*it->second) || (events[i].events & (EPOLLHUP | EPOLLRDHUP | EPOLLERR)))
           detach(id, "socket closed");
         break;
       }

@@ -82,8 +82,10 @@ class Reactor {
   void handle_message(TenantSession& s, std::span<const std::uint8_t> message);
   void push_reply(TenantSession& s, std::span<const std::uint8_t> reply);
   void flush_pending(TenantSession& s);
+  // Reads what the tenant's socket holds, keeping the descriptors it carries; false at EOF.
+  bool collect_offered_fds(TenantSession& s);
   void submit_model_work(TenantSession& s, std::uint64_t request_id, wire::Body type,
-                         std::span<const std::uint8_t> message);
+                         std::span<const std::uint8_t> message, int fd = -1);
   void drain_completions();
 
   const DaemonConfig config_;

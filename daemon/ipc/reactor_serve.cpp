@@ -1,4 +1,9 @@
 // The request rings: drain, decode, execute transport-level requests, reply.
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include "daemon/ipc/decode/request_decoder.hpp"
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
@@ -94,6 +99,23 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
       push_reply(s, replies_.digest(req.request_id, fnv1a(p, req.input.bytes), req.input.bytes));
       return;
     }
+    case wire::Body::DatasetLoadRequest: {
+      // Takes the newest descriptor the tenant sent and closes older ones (left by loads the
+      // decoder refused). libnexus sends the descriptor and then this request, one load at a
+      // time. The socket's readiness may not have been handled yet: read the socket first.
+      collect_offered_fds(s);
+      if (s.offered_fds.empty()) {
+        push_reply(s, replies_.error(req.request_id, wire::ErrorCode::BadMessage,
+                                     "send the dataset file's descriptor on the control socket first"));
+        return;
+      }
+      const int fd = s.offered_fds.back();
+      s.offered_fds.pop_back();
+      for (int stale : s.offered_fds) ::close(stale);
+      s.offered_fds.clear();
+      submit_model_work(s, req.request_id, req.type, message, fd);
+      return;
+    }
     case wire::Body::RegisterRequest:
     case wire::Body::SftStepRequest:
     case wire::Body::PredictRequest:
@@ -102,6 +124,7 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
     case wire::Body::BackboneRequest:
     case wire::Body::SaveRequest:
     case wire::Body::LoadRequest:
+    case wire::Body::DatasetSftStepRequest:
     case wire::Body::EnvOpenRequest:
     case wire::Body::EnvStepRequest:
     case wire::Body::EnvCloseRequest:
@@ -139,8 +162,42 @@ void Reactor::flush_pending(TenantSession& s) {
   }
 }
 
+bool Reactor::collect_offered_fds(TenantSession& s) {
+  for (;;) {
+    char bytes[256];
+    iovec iov{bytes, sizeof bytes};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    const ssize_t got = ::recvmsg(s.socket, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+    if (got == 0) return false;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        if (s.offered_fds.size() < TenantSession::kMaxOfferedFds)
+          s.offered_fds.push_back(fd);
+        else
+          ::close(fd);  // a tenant cannot make us hold descriptors without bound
+      }
+    }
+  }
+}
+
 void Reactor::submit_model_work(TenantSession& s, std::uint64_t request_id, wire::Body type,
-                                std::span<const std::uint8_t> message) {
+                                std::span<const std::uint8_t> message, int fd) {
+  // The work owns the descriptor from here: closed when the work is done with it, or dropped.
+  auto held = fd >= 0 ? std::shared_ptr<const int>(new int(fd), [](const int* p) {
+    ::close(*p);
+    delete p;
+  })
+                      : nullptr;
   if (model_ == nullptr) {
     push_reply(s, replies_.error(request_id, wire::ErrorCode::Internal, "this nexusd runs without a model service"));
     return;
@@ -154,6 +211,7 @@ void Reactor::submit_model_work(TenantSession& s, std::uint64_t request_id, wire
   w.segment = s.segment;
   w.alive = s.alive;
   w.arrival = sched::Clock::now();
+  w.fd = std::move(held);
   ++s.model_in_flight;
   model_->submit(std::move(w));
 }

@@ -19,6 +19,7 @@ TenantSession::TenantSession(int socket_fd, ucred peer_cred, std::string tenant_
 
 TenantSession::~TenantSession() {
   alive->store(false);
+  for (int fd : offered_fds) ::close(fd);
   ::close(socket);
   ::close(daemon_doorbell);
   ::close(client_doorbell);

@@ -43,6 +43,11 @@ struct TenantSession {
   schema::RingWriter responses;
   std::deque<std::vector<std::uint8_t>> pending;
 
+  // Descriptors the tenant sent over its socket (SCM_RIGHTS) for a DatasetLoadRequest to take
+  // (the newest); at most kMaxOfferedFds (more are closed on arrival). Closed with the session.
+  static constexpr std::size_t kMaxOfferedFds = 4;
+  std::deque<int> offered_fds;
+
   bool broken = false;  // the tenant corrupted a ring beyond resynchronisation
   std::uint32_t model_in_flight = 0;  // model requests handed to the model service, unanswered
   std::uint64_t served = 0;

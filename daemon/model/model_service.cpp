@@ -8,10 +8,12 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 
 #include "daemon/env/env_requests.hpp"
+#include "datasets/demo_file.hpp"
 #include "daemon/env/env_service.hpp"
 #include "daemon/env/external_session.hpp"
 #include "daemon/rl/rl_job.hpp"
@@ -29,11 +31,15 @@ namespace nexus::daemon {
 // The daemon's own work on the executor: an RL job's rollout step (grouped with the tenants'
 // requests like a PredictRequest) or a function on the tenant's slot (an update).
 struct InternalWork {
-  torch::Tensor images, tokens, mask, state;  // act
+  torch::Tensor images, tokens, mask, state;  // act, or an SFT step with `actions`
+  torch::Tensor actions;
   std::promise<rl::PolicyPort::Acted> acted;
   std::function<void(model::TenantSlot&)> on_slot;  // slot work
   std::promise<void> slot_done;
-  void fail(const std::string& why) {
+  // An SFT step on a batch the daemon sampled: its result, or the error code and reason.
+  std::function<void(const model::StepResult&, wire::ErrorCode, const std::string&)> sft_done;
+  void fail(const std::string& why, wire::ErrorCode code = wire::ErrorCode::Internal) {
+    if (sft_done) return sft_done({}, code, why);
     auto e = std::make_exception_ptr(std::runtime_error(why));
     if (on_slot) slot_done.set_exception(e); else acted.set_exception(e);
   }
@@ -43,7 +49,8 @@ namespace {
 
 bool is_front_work(wire::Body t) {
   return t == wire::Body::EnvOpenRequest || t == wire::Body::EnvStepRequest || t == wire::Body::EnvCloseRequest ||
-         t == wire::Body::RlStartRequest || t == wire::Body::RlStatusRequest;
+         t == wire::Body::RlStartRequest || t == wire::Body::RlStatusRequest || t == wire::Body::DatasetLoadRequest ||
+         t == wire::Body::DatasetSftStepRequest;
 }
 
 using Clock = sched::Clock;
@@ -81,7 +88,7 @@ struct ModelService::Impl {
 
   // Rejects a request with a typed error reply.
   void fail(const ModelWork& w, wire::ErrorCode code, const std::string& reason) {
-    if (w.internal) return w.internal->fail(reason);
+    if (w.internal) return w.internal->fail(reason, code);
     log_text(LogLevel::Debug, "model_error",
              "tenant=" + w.tenant + " request=" + std::to_string(w.request_id) + " code=" +
                  wire::EnumNameErrorCode(code) + " reason=\"" + reason + "\"");
@@ -305,7 +312,7 @@ struct ModelService::Impl {
       b.slot = &it->second;
       if (w.internal) {  // the daemon's own tensors: shaped by the RL job for this backbone
         b.images = w.internal->images, b.tokens = w.internal->tokens, b.mask = w.internal->mask;
-        b.state = w.internal->state, b.n = b.images.size(0);
+        b.state = w.internal->state, b.actions = w.internal->actions, b.n = b.images.size(0);
         bound.push_back(std::move(b));
         continue;
       }
@@ -373,6 +380,16 @@ struct ModelService::Impl {
   // A head's failure is its tenant's alone: typed error, the group's others go on.
   void run_head(Bound& b, const model::VLAFeature& f) {
     const ModelWork& w = *b.work;
+    if (w.internal && w.internal->sft_done) {
+      try {
+        w.internal->sft_done(b.slot->trainer->sft_step(f, b.state, b.actions), wire::ErrorCode::None, "");
+      } catch (const model::SlotError& e) {
+        w.internal->fail(e.what(), wire::ErrorCode::BadBatch);
+      } catch (const std::exception& e) {
+        w.internal->fail(e.what());
+      }
+      return;
+    }
     if (w.internal) {
       try {
         auto a = b.slot->trainer->act(f, b.state);
@@ -402,12 +419,15 @@ struct ModelService::Impl {
   }
 
   // ---- internal work: what RL jobs ask of the executor ----
-  void submit_internal(const std::string& tenant, std::shared_ptr<InternalWork> work, bool act) {
+  // batched: grouped with tenants' requests (act, SFT) rather than run alone (slot work).
+  // alive: whose departure cancels the work (RL jobs: never; a tenant's sampled SFT step: its own).
+  void submit_internal(const std::string& tenant, std::shared_ptr<InternalWork> work, bool batched,
+                       std::shared_ptr<const std::atomic<bool>> alive = nullptr) {
     static const auto always = std::make_shared<const std::atomic<bool>>(true);
     ModelWork w;
     w.tenant = tenant;
-    w.type = act ? wire::Body::PredictRequest : wire::Body::NONE;
-    w.alive = always;
+    w.type = batched ? wire::Body::PredictRequest : wire::Body::NONE;
+    w.alive = alive ? std::move(alive) : always;
     w.arrival = Clock::now();
     w.internal = std::move(work);
     {
@@ -443,6 +463,9 @@ struct ModelService::Impl {
     if (!w.alive->load()) return;
     if (w.type == wire::Body::RlStartRequest) return start_job(w, *wire::GetMessage(w.message.data())->body_as_RlStartRequest());
     if (w.type == wire::Body::RlStatusRequest) return job_status(w, wire::GetMessage(w.message.data())->body_as_RlStatusRequest()->stop());
+    if (w.type == wire::Body::DatasetLoadRequest) return load_dataset(w, *wire::GetMessage(w.message.data())->body_as_DatasetLoadRequest());
+    if (w.type == wire::Body::DatasetSftStepRequest)
+      return dataset_sft_step(w, *wire::GetMessage(w.message.data())->body_as_DatasetSftStepRequest());
     auto bytes = env::handle_env_request(envs, w, static_cast<int>(backbone->config().image_size));
     complete(w.session_id, std::move(bytes));
   }
@@ -498,8 +521,94 @@ struct ModelService::Impl {
     complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
   }
 
-  // A tenant that leaves takes its job and its sessions with it.
+  // ---- datasets: read from the descriptor the tenant sent, sampled here into SFT batches ----
+  struct Dataset {
+    datasets::DemoFile file;
+    std::vector<std::pair<std::size_t, std::int64_t>> index;  // (episode, step) of every sample
+    std::mt19937_64 rng;
+  };
+  static constexpr std::size_t kMaxDatasetsPerTenant = 8;
+
+  void load_dataset(ModelWork& w, const wire::DatasetLoadRequest& r) {
+    const auto name = r.name()->str();
+    auto& mine = datasets[w.tenant];
+    if (!mine.count(name) && mine.size() >= kMaxDatasetsPerTenant)
+      return front_error(w, wire::ErrorCode::BadDataset, "a tenant may hold 8 datasets; reuse a name to replace one");
+    auto d = std::make_shared<Dataset>();
+    try {
+      d->file = datasets::read_demo_fd(*w.fd, "dataset '" + name + "'");
+    } catch (const datasets::DatasetError& e) {
+      return front_error(w, wire::ErrorCode::BadDataset, e.what());
+    }
+    w.fd.reset();  // read whole: the descriptor is not needed any more
+    const auto& m = d->file.meta;
+    const auto size = backbone->config().image_size;
+    if (m.image_size != size)
+      return front_error(w, wire::ErrorCode::BadDataset, "dataset '" + name + "' has " + std::to_string(m.image_size) +
+                                                             "-pixel images; the backbone takes " + std::to_string(size));
+    for (std::size_t e = 0; e < d->file.episodes.size(); ++e)
+      for (std::int64_t t = 0; t < d->file.episodes[e].steps; ++t) d->index.emplace_back(e, t);
+    if (d->index.empty()) return front_error(w, wire::ErrorCode::BadDataset, "dataset '" + name + "' has no samples");
+    d->rng.seed(r.seed());
+    mine[name] = d;
+    log_text(LogLevel::Info, "dataset", "tenant=" + w.tenant + " name=" + name + " episodes=" +
+                                            std::to_string(d->file.episodes.size()) + " samples=" + std::to_string(d->index.size()));
+    flatbuffers::FlatBufferBuilder fbb(128);
+    auto body = wire::CreateDatasetLoadReply(fbb, static_cast<std::uint32_t>(d->file.episodes.size()), d->index.size(),
+                                             static_cast<std::int32_t>(m.state_dim), static_cast<std::int32_t>(m.action_dim));
+    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, w.request_id, wire::Body::DatasetLoadReply, body.Union()));
+    complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+  }
+
+  // Samples a batch and hands it to the executor as an SFT step, grouped with everyone's; the
+  // reply goes out when the step is done (this thread does not wait for it).
+  void dataset_sft_step(ModelWork& w, const wire::DatasetSftStepRequest& r) {
+    auto mine = datasets.find(w.tenant);
+    auto it = mine == datasets.end() ? decltype(mine->second.end()){} : mine->second.find(r.name()->str());
+    if (mine == datasets.end() || it == mine->second.end())
+      return front_error(w, wire::ErrorCode::BadDataset, "no dataset '" + r.name()->str() + "' loaded by this tenant");
+    const auto n = static_cast<std::int64_t>(r.batch()), chunk = static_cast<std::int64_t>(r.chunk());
+    if (n < 1 || n > kMaxSamplesPerRequest || chunk < 1 || chunk > kMaxChunk)
+      return front_error(w, wire::ErrorCode::BadBatch, "batch must be 1..4096 and chunk 1..64");
+    auto& d = *it->second;
+    const auto& bb = backbone->config();
+    const auto sd = d.file.meta.state_dim, ad = d.file.meta.action_dim, hw = bb.image_size;
+    auto work = std::make_shared<InternalWork>();
+    work->images = torch::empty({n, 1, hw, hw, 3}, torch::kUInt8);
+    work->tokens = torch::zeros({n, bb.max_tokens}, torch::kInt32);
+    auto mask = torch::zeros({n, bb.max_tokens}, torch::kBool);
+    work->state = torch::empty({n, sd});
+    work->actions = torch::empty({n, chunk, ad});
+    const auto image_bytes = static_cast<std::size_t>(hw * hw * 3);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto [e, t] = d.index[d.rng() % d.index.size()];
+      const auto& ep = d.file.episodes[e];
+      std::memcpy(work->images[i].data_ptr<std::uint8_t>(), ep.images.data() + t * image_bytes, image_bytes);
+      model::tokenize_into(ep.instruction, work->tokens, mask, i);
+      std::memcpy(work->state[i].data_ptr<float>(), ep.proprio.data() + t * sd, sd * sizeof(float));
+      for (std::int64_t k = 0; k < chunk; ++k)  // the chunk runs on past the end as its last action
+        std::memcpy(work->actions[i][k].data_ptr<float>(), ep.actions.data() + std::min(t + k, ep.steps - 1) * ad,
+                    ad * sizeof(float));
+    }
+    work->mask = mask.to(torch::kUInt8);
+    if (sd == 0) work->state = torch::Tensor();
+    const auto session = w.session_id, request = w.request_id;
+    work->sft_done = [this, session, request](const model::StepResult& r, wire::ErrorCode code, const std::string& why) {
+      flatbuffers::FlatBufferBuilder fbb(256);
+      if (code != wire::ErrorCode::None)
+        fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, request, wire::Body::Error,
+                                       wire::CreateError(fbb, code, fbb.CreateString(why)).Union()));
+      else
+        fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, request, wire::Body::SftStepReply,
+                                       wire::CreateSftStepReply(fbb, r.loss, r.grad_norm, static_cast<std::uint64_t>(r.step)).Union()));
+      complete(session, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    };
+    submit_internal(w.tenant, std::move(work), /*act=*/true, w.alive);
+  }
+
+  // A tenant that leaves takes its jobs, sessions and datasets with it.
   void detach_front(const std::string& tenant) {
+    datasets.erase(tenant);
     jobs.erase(tenant);
     envs.tenant_detached(tenant);
   }
@@ -553,6 +662,7 @@ struct ModelService::Impl {
   env::EnvService envs{{.workers = 1}, env::session_factory(config.external_envs, std::chrono::seconds(10))};
   std::map<std::string, std::unique_ptr<Policy>> policies;
   std::map<std::string, std::unique_ptr<rl::RlJob>> jobs;
+  std::map<std::string, std::map<std::string, std::shared_ptr<Dataset>>> datasets;  // tenant -> name ->
   std::mutex front_mu;
   std::condition_variable front_cv;
   std::deque<std::function<void()>> front_queue;  // GUARDED_BY(front_mu)

@@ -61,3 +61,34 @@ TEST_CASE("another Unix user can neither attach as nor reach a tenant's segment"
   REQUIRE(wait_exit(m2, std::chrono::seconds(10)) == 2);
   CHECK(nlohmann::json::parse(read_file(bin.path + "/mallory2.json"))["error"] == "PermissionDenied");
 }
+
+#ifdef NEXUS_TEST_SFT_DEMOS_TENANT  // builds with the model service only
+TEST_CASE("a dataset its tenant's user may not read is refused, though nexusd could read it", "[fault][access]") {
+  const auto mallory = ensure_test_user("nexus-test-mallory");
+  if (!mallory) FAIL("this test needs root to create users; run the suite as root (scripts/test.sh does via sudo)");
+  TempDir bin;
+  const std::string tenant = bin.path + "/sft_demos_tenant";
+  std::filesystem::copy_file(NEXUS_TEST_SFT_DEMOS_TENANT, tenant);
+  ::chmod(tenant.c_str(), 0755);
+  // A valid demonstration file, readable by its owner (root, like nexusd here) only.
+  const std::string secret = bin.path + "/secret.hdf5";
+  REQUIRE(wait_exit(spawn({nexusctl_path(), "dataset", "record", "--task", "reach", "--episodes", "2", "--out", secret},
+                          {.stdout_path = bin.path + "/record.out"}),
+                    std::chrono::seconds(60)) == 0);
+  ::chmod(secret.c_str(), 0600);
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", bin.path + "/state", "--log-level", "warn"});
+  const pid_t m = spawn({tenant, "--socket", daemon.socket(), "--tenant", "mallory-sft", "--dataset", secret, "--steps", "1"},
+                        {.stdout_path = bin.path + "/mallory.json", .stderr_path = bin.path + "/mallory.err",
+                         .uid = mallory->uid, .gid = mallory->gid});
+  REQUIRE(wait_exit(m, std::chrono::seconds(60)) == 2);
+  INFO(read_file(bin.path + "/mallory.err"));
+  CHECK(nlohmann::json::parse(read_file(bin.path + "/mallory.json"))["error"] == "PermissionDenied");
+  CHECK(read_file(bin.path + "/mallory.err").find("secret.hdf5") != std::string::npos);
+  // The same file, readable by its user: trains.
+  const pid_t ok = spawn({tenant, "--socket", daemon.socket(), "--tenant", "root-sft", "--dataset", secret, "--steps", "2"},
+                         {.stdout_path = bin.path + "/root.json", .stderr_path = bin.path + "/root.err"});
+  REQUIRE(wait_exit(ok, std::chrono::seconds(60)) == 0);
+  CHECK(nlohmann::json::parse(last_line(bin.path + "/root.json"))["steps"] == 2);
+  CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+}
+#endif

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "nexus/client.hpp"
 #include "nexus/status.hpp"
 #include "processes.hpp"
 #include "tenant_run.hpp"
@@ -67,4 +68,39 @@ TEST_CASE("a broken demonstration file is a clear error for its tenant, and nexu
   CHECK(out["error"] == "BadDataset");
   CHECK(read_file(dir.path + "/garbage.err").find("garbage.hdf5") != std::string::npos);
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+}
+
+TEST_CASE("dataset requests are checked: names, files, batches, chunks", "[integration][model][datasets]") {
+  TempDir dir;
+  const std::string file = dir.path + "/reach.hdf5";
+  REQUIRE(run_json({nexusctl_path(), "dataset", "record", "--task", "reach", "--episodes", "3", "--out", file}, dir,
+                   "record")
+              .first == 0);
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
+  nexus::ClientOptions o;
+  o.socket_path = daemon.socket();
+  o.tenant = "dora";
+  auto c = nexus::Client::attach(o);
+  auto code = [](auto&& f) {
+    try {
+      f();
+    } catch (const nexus::Error& e) {
+      return e.code();
+    }
+    return nexus::ErrorCode::None;
+  };
+  CHECK(code([&] { c->dataset_load("../etc", file); }) == nexus::ErrorCode::BadMessage);
+  CHECK(code([&] { c->dataset_load("d", dir.path + "/missing.hdf5"); }) == nexus::ErrorCode::BadDataset);
+  const auto info = c->dataset_load("d", file);
+  CHECK(info.episodes == 3);
+  CHECK(info.state_dim == 4);
+  nexus::TenantSpec spec;
+  spec.head = {.kind = "mlp_chunk", .state_dim = 4, .action_dim = 2, .chunk = 4};
+  c->register_tenant(spec);
+  CHECK(code([&] { c->dataset_sft_step("nope", 8, 4); }) == nexus::ErrorCode::BadDataset);
+  CHECK(code([&] { c->dataset_sft_step("d", 0, 4); }) == nexus::ErrorCode::BadBatch);
+  CHECK(code([&] { c->dataset_sft_step("d", 8, 3); }) == nexus::ErrorCode::BadBatch);  // the head's chunk is 4
+  CHECK(c->dataset_sft_step("d", 8, 4).step == 1);
+  CHECK(c->dataset_sft_step("d", 8, 4).step == 2);
+  CHECK(count_fds(daemon.pid(), "reach.hdf5") == 0);  // read whole, then closed
 }

@@ -116,7 +116,17 @@ class Client {
   std::uint64_t save(const std::string& tag);
   std::uint64_t load(const std::string& tag);
 
-  // ---- environments and RL jobs (nexus/env.hpp) ----
+  // ---- datasets, environments and RL jobs (nexus/env.hpp) ----
+  // Opens `path` here, with your own permissions, and hands nexusd the open file (never the
+  // path): nexusd reads exactly what you may read. It keeps the demonstrations under `name`
+  // (1-64 of [A-Za-z0-9._-]; loading a name again replaces it). Throws PermissionDenied if you
+  // cannot read the file, BadDataset (naming the path) if it is not a valid demonstration file.
+  DatasetInfo dataset_load(const std::string& name, const std::string& path, std::uint64_t seed = 0);
+  // One SFT step on `batch` samples nexusd draws from the dataset: images, instruction, state,
+  // and `chunk` consecutive actions (your head's chunk).
+  Future<SftResult> dataset_sft_step_async(const std::string& name, std::int32_t batch, std::int32_t chunk = 1);
+  SftResult dataset_sft_step(const std::string& name, std::int32_t batch, std::int32_t chunk = 1);
+
   // Opens sessions of a built-in task, rendered at the backbone's geometry.
   EnvSessions env_open(const std::string& task, std::int32_t count, std::int32_t max_steps = 0);
   // Resets (one seed per session) or steps (action_dim floats per session) the sessions; their

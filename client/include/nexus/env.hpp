@@ -28,6 +28,14 @@ struct EnvStepResult {
   std::vector<std::string> instructions, errors;
 };
 
+// A demonstration file (robomimic/LIBERO HDF5) loaded into nexusd, which samples SFT batches
+// from it (Client::dataset_load, Client::dataset_sft_step).
+struct DatasetInfo {
+  std::uint32_t episodes = 0;
+  std::uint64_t samples = 0;  // steps over all episodes
+  std::int32_t state_dim = 0, action_dim = 0;
+};
+
 struct RlOptions {
   std::string algorithm = "ppo";  // ppo or grpo
   std::string task = "reach";

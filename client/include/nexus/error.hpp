@@ -32,6 +32,7 @@ enum class ErrorCode : std::uint16_t {
   UnknownSession,  // an environment session this tenant does not hold
   EnvFailed,       // an environment request refused as a whole (see the message)
   JobFailed,       // an RL job that could not start, or none to report on
+  BadDataset,      // a dataset file that is not a valid demonstration file
   // Client-side codes, never on the wire:
   ArenaFull = 1000,      // the client arena has no room for the tensor
   ConnectFailed = 1001,  // nothing listens on the socket path

@@ -85,14 +85,22 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       return req;
     }
     case wire::Body::SaveRequest:
-    case wire::Body::LoadRequest: {
-      const auto* tag = msg->body_type() == wire::Body::SaveRequest ? msg->body_as_SaveRequest()->tag()
-                                                                    : msg->body_as_LoadRequest()->tag();
+    case wire::Body::LoadRequest:
+    case wire::Body::DatasetLoadRequest:
+    case wire::Body::DatasetSftStepRequest: {
+      // Checkpoint tags and dataset names: labels, never paths.
+      const flatbuffers::String* tag = nullptr;
+      switch (msg->body_type()) {
+        case wire::Body::SaveRequest: tag = msg->body_as_SaveRequest()->tag(); break;
+        case wire::Body::LoadRequest: tag = msg->body_as_LoadRequest()->tag(); break;
+        case wire::Body::DatasetLoadRequest: tag = msg->body_as_DatasetLoadRequest()->name(); break;
+        default: tag = msg->body_as_DatasetSftStepRequest()->name(); break;
+      }
       const std::string_view t = tag ? tag->string_view() : std::string_view{};
       const bool ok = !t.empty() && t.size() <= 64 && t.find("..") == std::string_view::npos &&
                       t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
                           std::string_view::npos;
-      if (!ok) return error(id, wire::ErrorCode::BadMessage, "checkpoint tag must be 1-64 of [A-Za-z0-9._-]");
+      if (!ok) return error(id, wire::ErrorCode::BadMessage, "checkpoint tags and dataset names are 1-64 of [A-Za-z0-9._-]");
       return req;
     }
     case wire::Body::SftStepRequest:
