@@ -11,6 +11,7 @@ struct EnvOptions {
   int sessions = 8;       // simulated sessions per tenant
   int steps = 40;         // timed rollout steps per tenant (after one warm-up step)
   int sim_steps = 400;    // single-session steps for the per-core figures
+  int rl_iterations = 6;  // updates per RL job in the RL-job figures
   std::string backbone = "tiny";
   bool json = false;
   std::string nexusd;

@@ -1,10 +1,11 @@
-// nexus-bench env: simulator throughput with rendering (steps per second on one core, per task),
-// and rollout throughput: RL-style tenants (a gaussian head, 8 simulated sessions each, actions
-// from nexusd every step) with 1, 2 and 4 tenants, through a grouping daemon vs one that runs
-// requests one by one, in the same run.
+// nexus-bench env: simulator throughput with rendering (steps per second on one core, per task);
+// rollout throughput of RL-style tenants (a gaussian head, 8 sessions each in nexusd's
+// Environment Service, actions from nexusd every step) and of nexusd's own PPO jobs, with 1, 2
+// and 4 tenants, through a grouping daemon vs one that runs requests one by one, in one run.
 #include <barrier>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -42,15 +43,19 @@ std::pair<double, double> sim_rate(const std::string& task, int steps) {
   return {rates[1], rates[0]};
 }
 
-// `tenants` threads, each a tenant with `sessions` reach sessions, `steps` rollout steps each:
-// render all sessions, ask nexusd for actions, add exploration noise, step. Env steps per second.
+// `tenants` threads, each a tenant with `sessions` reach sessions in nexusd's Environment Service
+// and `steps` rollout steps: step the sessions (their renders land in the tenant's arena), ask
+// nexusd for actions on those observations, add exploration noise. Env steps per second.
 double rollout_rate(const std::string& socket, const std::string& tag, int tenants, int sessions, int steps) {
   struct Rig {
     std::unique_ptr<Client> client;
-    std::vector<std::unique_ptr<sim::Task>> envs;
-    Tensor images, tokens, mask, state;
+    EnvSessions envs;
+    Tensor images, tokens, mask, state, one_image, one_state;
+    std::vector<std::string> instructions;
+    std::vector<float> actions;
   };
   std::vector<Rig> rigs(static_cast<std::size_t>(tenants));
+  std::uint64_t seed = 1;
   for (int i = 0; i < tenants; ++i) {
     auto& r = rigs[static_cast<std::size_t>(i)];
     r.client = Client::attach({.socket_path = socket, .tenant = tag + std::to_string(tenants) + "-" + std::to_string(i),
@@ -58,32 +63,34 @@ double rollout_rate(const std::string& socket, const std::string& tag, int tenan
     const auto bb = r.client->register_tenant(
         {.head = {.kind = "gaussian", .state_dim = sim::Task::kStateDim, .action_dim = 2, .chunk = 1, .hidden = 64},
          .seed = static_cast<std::uint64_t>(i)});
-    for (int s = 0; s < sessions; ++s) {
-      r.envs.push_back(sim::make_task("reach", {.image_size = bb.image_size}));
-      r.envs.back()->reset(static_cast<std::uint64_t>(1000 * i + s));
-    }
-    r.images = r.client->alloc(DType::UInt8, {sessions, 1, bb.image_size, bb.image_size, 3});
-    r.tokens = r.client->alloc(DType::Int32, {sessions, bb.max_tokens});
-    r.mask = r.client->alloc(DType::UInt8, {sessions, bb.max_tokens});
-    r.state = r.client->alloc(DType::Float32, {sessions, sim::Task::kStateDim});
+    r.envs = r.client->env_open("reach", sessions);
+    const std::int64_t n = sessions, h = bb.image_size;
+    r.images = r.client->alloc(DType::UInt8, {n, 1, h, h, 3});
+    r.tokens = r.client->alloc(DType::Int32, {n, bb.max_tokens});
+    r.mask = r.client->alloc(DType::UInt8, {n, bb.max_tokens});
+    r.state = r.client->alloc(DType::Float32, {n, sim::Task::kStateDim});
+    r.one_image = r.client->alloc(DType::UInt8, {1, 1, h, h, 3});
+    r.one_state = r.client->alloc(DType::Float32, {1, sim::Task::kStateDim});
+    std::vector<std::uint64_t> seeds;
+    for (int k = 0; k < sessions; ++k) seeds.push_back(seed++);
+    r.instructions = r.client->env_reset(r.envs.ids, seeds, r.images, r.state).instructions;
   }
   auto rollout_step = [](Rig& r, std::mt19937_64& rng) {
-    const auto n = static_cast<std::int64_t>(r.envs.size());
-    const std::size_t image_bytes = r.images.bytes() / static_cast<std::size_t>(n);
-    for (std::int64_t s = 0; s < n; ++s) {
-      auto& env = *r.envs[static_cast<std::size_t>(s)];
-      if (env.done()) env.reset(rng());
-      env.render(r.images.raw().data() + s * image_bytes);
-      tokenize(env.instruction(), r.tokens, r.mask, s);
-      const auto p = env.proprio();
-      std::copy(p.begin(), p.end(), r.state.as<float>().begin() + s * sim::Task::kStateDim);
-    }
+    const auto n = static_cast<std::int64_t>(r.envs.ids.size());
+    for (std::int64_t s = 0; s < n; ++s) tokenize(r.instructions[static_cast<std::size_t>(s)], r.tokens, r.mask, s);
     const auto pred = r.client->predict({&r.images, &r.tokens, &r.mask, &r.state});
     std::normal_distribution<float> noise(0, 0.3f);
-    for (std::int64_t s = 0; s < n; ++s) {
-      const float a[2] = {pred.actions[static_cast<std::size_t>(2 * s)] + noise(rng),
-                          pred.actions[static_cast<std::size_t>(2 * s + 1)] + noise(rng)};
-      r.envs[static_cast<std::size_t>(s)]->step(a);
+    r.actions.resize(pred.actions.size());
+    for (std::size_t k = 0; k < pred.actions.size(); ++k) r.actions[k] = pred.actions[k] + noise(rng);
+    const auto out = r.client->env_step(r.envs.ids, r.actions, r.images, r.state);
+    const std::size_t image_bytes = r.one_image.bytes(), state_bytes = r.one_state.bytes();
+    for (std::size_t s = 0; s < out.done.size(); ++s) {
+      r.instructions[s] = out.instructions[s];
+      if (!out.done[s]) continue;  // a finished episode restarts, into its own row
+      const std::uint64_t id = r.envs.ids[s], seed = rng();
+      r.instructions[s] = r.client->env_reset({&id, 1}, {&seed, 1}, r.one_image, r.one_state).instructions[0];
+      std::memcpy(r.images.raw().data() + s * image_bytes, r.one_image.raw().data(), image_bytes);
+      std::memcpy(r.state.raw().data() + s * state_bytes, r.one_state.raw().data(), state_bytes);
     }
   };
   for (auto& r : rigs) {  // warm-up
@@ -104,6 +111,29 @@ double rollout_rate(const std::string& socket, const std::string& tag, int tenan
   return double(tenants) * sessions * steps / seconds_since(t0);
 }
 
+// `tenants` PPO jobs on reach run by nexusd itself (rollouts, updates, publishing), `iterations`
+// updates each, all started together: env steps per second over all of them, updates included.
+double rl_job_rate(const std::string& socket, const std::string& tag, int tenants, int sessions, int iterations) {
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < tenants; ++i) {
+    clients.push_back(Client::attach({.socket_path = socket, .tenant = tag + std::to_string(tenants) + "-" + std::to_string(i),
+                                      .timeout = std::chrono::seconds(120)}));
+    clients.back()->register_tenant({.head = {.kind = "gaussian", .state_dim = sim::Task::kStateDim, .action_dim = 2,
+                                              .chunk = 1},
+                                     .seed = static_cast<std::uint64_t>(i + 1)});
+  }
+  const auto t0 = Clock::now();
+  for (auto& c : clients) c->rl_start({.sessions = sessions, .horizon = 16, .iterations = iterations});
+  std::uint64_t steps = 0;
+  for (auto& c : clients) {
+    RlStatus s;
+    while ((s = c->rl_status()).state == "running") std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (s.state != "done") throw std::runtime_error("RL job " + s.state + ": " + s.error);
+    steps += s.env_steps;
+  }
+  return double(steps) / seconds_since(t0);
+}
+
 }  // namespace
 
 int run_env(const EnvOptions& o) {
@@ -119,7 +149,8 @@ int run_env(const EnvOptions& o) {
   }
   test::Daemon grouped({"--backbone", o.backbone, "--log-level", "warn"}, o.nexusd);
   test::Daemon serial({"--backbone", o.backbone, "--batch-samples", "1", "--log-level", "warn"}, o.nexusd);
-  std::printf("\nrollouts (%s backbone, %d reach sessions per tenant, actions from nexusd every step)\n",
+  std::printf("\nrollouts (%s backbone, %d reach sessions per tenant in nexusd's Environment Service, actions from\n"
+              "nexusd every step)\n",
               o.backbone.c_str(), o.sessions);
   std::printf("%7s %16s %16s %8s\n", "tenants", "grouped steps/s", "serial steps/s", "speedup");
   j["rollout"] = nlohmann::json::array();
@@ -130,6 +161,18 @@ int run_env(const EnvOptions& o) {
     std::printf("%7d %16.1f %16.1f %7.2fx\n", t, g, s, g / s);
     j["rollout"].push_back({{"tenants", t}, {"grouped_steps_per_s", g}, {"serial_steps_per_s", s}, {"speedup", g / s}});
     j["rollout_speedup_" + std::to_string(t)] = g / s;
+  }
+  std::printf("\nRL jobs in nexusd (PPO on reach, %d sessions, %d updates each; rollouts, updates and publishing)\n",
+              o.sessions, o.rl_iterations);
+  std::printf("%7s %16s %16s %8s\n", "tenants", "grouped steps/s", "serial steps/s", "speedup");
+  j["rl_jobs"] = nlohmann::json::array();
+  for (int t : o.tenants) {
+    std::fprintf(stderr, "[env] RL jobs with %d tenant(s) ...\n", t);
+    const double g = rl_job_rate(grouped.socket(), "rg", t, o.sessions, o.rl_iterations);
+    const double s = rl_job_rate(serial.socket(), "rs", t, o.sessions, o.rl_iterations);
+    std::printf("%7d %16.1f %16.1f %7.2fx\n", t, g, s, g / s);
+    j["rl_jobs"].push_back({{"tenants", t}, {"grouped_steps_per_s", g}, {"serial_steps_per_s", s}, {"speedup", g / s}});
+    j["rl_job_speedup_" + std::to_string(t)] = g / s;
   }
   if (o.json) std::printf("%s\n", j.dump().c_str());
   return 0;

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   env_cmd->add_option("--sessions", env.sessions, "reach sessions per tenant");
   env_cmd->add_option("--steps", env.steps, "timed rollout steps per tenant");
   env_cmd->add_option("--sim-steps", env.sim_steps, "steps for the per-core simulator figures");
+  env_cmd->add_option("--rl-iterations", env.rl_iterations, "updates per nexusd PPO job");
   env_cmd->add_option("--backbone", env.backbone, "tiny or small (seeded weights)");
   env_cmd->add_flag("--json", env.json, "last line: one JSON object of figures");
 #ifdef NEXUS_BENCH_WITH_GROUP

@@ -52,6 +52,24 @@ TEST_CASE("recorded reach demonstrations train a head through nexusd, evaluation
   CHECK(before["unchanged"] == true);
   CHECK(after["unchanged"] == true);
   CHECK(before["success_rate"].get<double>() <= 0.1);
+  // Action error on held-out demonstrations (new seeds): lower after training, still read-only.
+  const std::string heldout = dir.path + "/heldout.hdf5";
+  REQUIRE(run_json({nexusctl_path(), "dataset", "record", "--task", "reach", "--episodes", "10", "--seed", "777000",
+                    "--out", heldout},
+                   dir, "record-heldout")
+              .first == 0);
+  auto action_error = [&](const std::string& tenant) {
+    return run_json({NEXUS_TEST_EVAL_TENANT, "--socket", daemon.socket(), "--tenant", tenant, "--version", "1",
+                     "--dataset", heldout},
+                    dir, "heldout-" + tenant);
+  };
+  const auto [hrc0, h0] = action_error("untrained");
+  const auto [hrc1, h1] = action_error("trained");
+  INFO("held-out: " << h0.dump() << " vs " << h1.dump());
+  REQUIRE(hrc0 == 0);
+  REQUIRE(hrc1 == 0);
+  CHECK(h1["heldout_samples"].get<int>() > 50);
+  CHECK(h1["action_error"].get<double>() < 0.7 * h0["action_error"].get<double>());
   CHECK(after["success_rate"].get<double>() >= 0.2);  // measured 0.38 at this budget; 0.82 at 200 demos x 3000 steps
 }
 

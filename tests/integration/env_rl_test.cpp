@@ -128,7 +128,7 @@ TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only",
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }
 
-TEST_CASE("an external environment killed mid-episode fails its sessions alone; the tenant opens new ones",
+TEST_CASE("an external environment killed mid-episode fails its sessions alone, and the tenant opens new ones",
           "[integration][model][env]") {
   TempDir dir;
   const std::string sim_socket = dir.path + "/sim.sock";

@@ -61,7 +61,7 @@ TEST_CASE("env sessions are stepped in parallel and belong to the tenant that op
   CHECK(envs.sessions() == 1);
 }
 
-TEST_CASE("a session that throws is failed for good and alone; the tenant opens a new one", "[unit][env]") {
+TEST_CASE("a session that throws is failed for good and alone, and the tenant opens a new one", "[unit][env]") {
   EnvService envs({.workers = 1}, [](const std::string& task, int size, int max_steps) -> std::unique_ptr<EnvSession> {
     auto inner = make_builtin_session(task == "flaky" ? "reach" : task, size, max_steps);
     if (task == "flaky") return std::make_unique<FaultAfter>(std::move(inner), 2);
