@@ -35,6 +35,10 @@ EnvService::Opened EnvService::open(const std::string& tenant, const std::string
     if (owned + count > limits_.max_sessions_per_tenant)
       throw EnvError(EnvError::Kind::TooManySessions,
                      "a tenant may hold " + std::to_string(limits_.max_sessions_per_tenant) + " sessions; close some");
+    if (sessions_.size() + static_cast<std::size_t>(count) > static_cast<std::size_t>(limits_.max_sessions))
+      throw EnvError(EnvError::Kind::TooManySessions,
+                     "nexusd holds " + std::to_string(sessions_.size()) + " of its " + std::to_string(limits_.max_sessions) +
+                         " sessions; try fewer, or later");
   }
   // Built outside the lock: loading a model and its renderer takes milliseconds.
   std::vector<std::shared_ptr<Session>> made(static_cast<std::size_t>(count));

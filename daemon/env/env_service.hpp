@@ -30,13 +30,14 @@ namespace nexus::env {
 struct EnvLimits {
   int workers = 2;                   // pool threads (the caller of run() works too)
   int max_sessions_per_tenant = 256;
+  int max_sessions = 1024;           // all tenants together (each holds a simulator and a renderer)
   int max_steps = 10000;             // per-episode limit a tenant may ask for
 };
 
 // A request refused as a whole, before any session ran.
 class EnvError : public std::runtime_error {
  public:
-  enum class Kind { BadRequest, UnknownSession, TooManySessions };
+  enum class Kind { BadRequest, UnknownSession, TooManySessions };  // the last: per tenant or in all
   EnvError(Kind kind, const std::string& reason) : std::runtime_error(reason), kind_(kind) {}
   Kind kind() const { return kind_; }
 

@@ -486,11 +486,11 @@ struct ModelService::Impl {
     c.algorithm = r.algorithm()->str();
     c.task = r.task()->str();
     c.sessions = r.sessions(), c.horizon = r.horizon(), c.group_size = r.group_size(), c.iterations = r.iterations();
-    c.max_steps = r.max_steps(), c.seed = r.seed(), c.queue_capacity = std::clamp(r.queue_capacity(), 1, 64);
+    c.max_steps = r.max_steps(), c.seed = r.seed(), c.queue_capacity = std::clamp(r.queue_capacity(), 1, 8);
     c.staleness = {std::max(0, r.max_staleness()), r.downweight_stale() ? rl::StalePolicy::Downweight : rl::StalePolicy::Drop};
     c.update = {r.epochs(), r.minibatch(), r.clip(), r.gamma(), r.lambda(), r.entropy(), 0.5, r.value_lr()};
-    if (c.iterations > 100000 || c.update.epochs > 100 || c.update.minibatch > 65536)
-      return front_error(w, wire::ErrorCode::JobFailed, "iterations <= 100000, epochs <= 100, minibatch <= 65536");
+    if (c.iterations > 100000 || c.update.epochs > 32 || c.update.minibatch > 4096)
+      return front_error(w, wire::ErrorCode::JobFailed, "iterations <= 100000, epochs <= 32, minibatch <= 4096");
     try {
       auto port = std::make_unique<Policy>(*this, w.tenant);
       auto made = std::make_unique<rl::RlJob>(w.tenant, c, *port, envs);

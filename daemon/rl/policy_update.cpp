@@ -39,7 +39,7 @@ torch::Tensor group_relative(const torch::Tensor& episode_return, std::int64_t g
 namespace {
 
 // The clipped surrogate over flattened samples with per-sample advantages; shared by both.
-UpdateStats clipped_epochs(model::TenantSlot& slot, const torch::Tensor& pooled, const torch::Tensor& state,
+UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& pooled, const torch::Tensor& state,
                            const torch::Tensor& actions, const torch::Tensor& old_log_prob, const torch::Tensor& adv,
                            const UpdateConfig& c, double weight, at::Generator& gen,
                            const std::function<double(const torch::Tensor&)>& value_step) {
@@ -51,7 +51,9 @@ UpdateStats clipped_epochs(model::TenantSlot& slot, const torch::Tensor& pooled,
     for (std::int64_t at = 0; at < n; at += c.minibatch) {
       auto idx = order.narrow(0, at, std::min<std::int64_t>(c.minibatch, n - at));
       double clipped = 0, entropy = 0;
-      const auto step = slot.policy_step([&](model::ActionHead& head) {
+      model::StepResult step;
+      on_slot([&](model::TenantSlot& slot) {
+        step = slot.policy_step([&](model::ActionHead& head) {
         model::VLAFeature f{none.tokens, pooled.index_select(0, idx), none.mask};
         auto out = model::gaussian_outputs(head, f, state.index_select(0, idx));
         auto lp = model::gaussian_log_prob(out, actions.index_select(0, idx));
@@ -62,6 +64,7 @@ UpdateStats clipped_epochs(model::TenantSlot& slot, const torch::Tensor& pooled,
         clipped = ((ratio - 1).abs() > c.clip).to(torch::kFloat32).mean().item<double>();
         entropy = ent.item<double>();
         return weight * (-surrogate.mean() - c.entropy * ent);
+        });
       });
       s.policy_loss += step.loss;
       s.clip_fraction += clipped;
@@ -83,7 +86,7 @@ torch::Tensor flat(const torch::Tensor& t) { return t.flatten(0, 1); }  // [T, n
 
 }  // namespace
 
-UpdateStats ppo_update(model::TenantSlot& slot, ValueHead& value, torch::optim::Optimizer& value_opt,
+UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim::Optimizer& value_opt,
                        const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen) {
   torch::Tensor adv, ret;
   {
@@ -106,17 +109,17 @@ UpdateStats ppo_update(model::TenantSlot& slot, ValueHead& value, torch::optim::
     value_opt.step();
     return loss.item<double>();
   };
-  return clipped_epochs(slot, pooled, state, flat(r.actions), flat(r.log_prob), a, c, weight, gen, value_step);
+  return clipped_epochs(on_slot, pooled, state, flat(r.actions), flat(r.log_prob), a, c, weight, gen, value_step);
 }
 
-UpdateStats grpo_update(model::TenantSlot& slot, const Rollout& r, const UpdateConfig& c, double weight,
+UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const UpdateConfig& c, double weight,
                         at::Generator& gen) {
   // Every live step of an episode carries its episode's group-relative advantage.
   auto per_session = group_relative(r.episode_return, r.group_size);          // [n]
   auto adv = per_session.unsqueeze(0).expand_as(r.reward).contiguous();        // [T, n]
   auto live = flat(r.alive).nonzero().squeeze(1);
   auto pick = [&](const torch::Tensor& t) { return flat(t).index_select(0, live); };
-  return clipped_epochs(slot, pick(r.pooled), pick(r.state), pick(r.actions), pick(r.log_prob), pick(adv), c, weight,
+  return clipped_epochs(on_slot, pick(r.pooled), pick(r.state), pick(r.actions), pick(r.log_prob), pick(adv), c, weight,
                         gen, {});
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 
 #include "daemon/model/tenant_slot.hpp"
@@ -48,10 +49,16 @@ struct UpdateStats {
   int minibatches = 0;
 };
 
+// Runs a function on the tenant's slot where slots are touched (nexusd: its executor). Each
+// minibatch's optimizer step is one call, so other tenants' requests take turns with a long
+// update instead of waiting for all of it. Everything else (advantages, the value head) runs on
+// the caller's thread: the slot is all the executor owns.
+using SlotRunner = std::function<void(const std::function<void(model::TenantSlot&)>&)>;
+
 // weight scales the policy loss (staleness downweighting); 1 for fresh records.
-UpdateStats ppo_update(model::TenantSlot& slot, ValueHead& value, torch::optim::Optimizer& value_opt,
+UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim::Optimizer& value_opt,
                        const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen);
-UpdateStats grpo_update(model::TenantSlot& slot, const Rollout& r, const UpdateConfig& c, double weight,
+UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const UpdateConfig& c, double weight,
                         at::Generator& gen);
 
 }  // namespace nexus::rl

@@ -70,6 +70,9 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
     throw std::runtime_error("grpo: sessions must be a multiple of group_size (>= 2)");
   if (c.horizon < 1 || c.horizon > 4096 || c.iterations < 1 || c.update.epochs < 1 || c.update.minibatch < 1)
     throw std::runtime_error("horizon 1..4096, iterations, epochs and minibatch >= 1");
+  // A record is held in daemon memory (a few hundred bytes per step) while queued and used.
+  if (c.algorithm == "ppo" && static_cast<long>(c.sessions) * c.horizon > kMaxRecordSteps)
+    throw std::runtime_error("sessions x horizon must be <= " + std::to_string(kMaxRecordSteps) + " steps per record");
   if (!(c.update.clip > 0 && c.update.clip < 1) || !(c.update.gamma > 0 && c.update.gamma <= 1) ||
       !(c.update.lambda >= 0 && c.update.lambda <= 1) || !(c.update.entropy >= 0) || !(c.update.value_lr > 0))
     throw std::runtime_error("clip (0,1), gamma (0,1], lambda [0,1], entropy >= 0, value_lr > 0");
@@ -77,6 +80,9 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
   sessions_ = opened.ids;
   spec_ = opened.spec;
   try {
+    if (c.algorithm == "grpo" && static_cast<long>(c.sessions) * spec_.max_steps > kMaxRecordSteps)
+      throw std::runtime_error("grpo: sessions x episode limit must be <= " + std::to_string(kMaxRecordSteps) +
+                               " steps per record");
     // The slot must be a gaussian head taking this task's proprio state, one action per step.
     policy_.with_slot([&](model::TenantSlot& slot) {
       const auto& h = slot.head().spec();
@@ -300,13 +306,11 @@ void RlJob::consume() {
         ++progress_.records_dropped;
         continue;
       }
-      UpdateStats stats;
-      policy_.with_slot([&](model::TenantSlot& slot) {
-        stats = config_.algorithm == "ppo"
-                    ? ppo_update(slot, value_, *value_opt_, *record, config_.update, weight, shuffle_)
-                    : grpo_update(slot, *record, config_.update, weight, shuffle_);
-        version = slot.publish();
-      });
+      const SlotRunner on_slot = [this](const std::function<void(model::TenantSlot&)>& fn) { policy_.with_slot(fn); };
+      const UpdateStats stats = config_.algorithm == "ppo"
+                                    ? ppo_update(on_slot, value_, *value_opt_, *record, config_.update, weight, shuffle_)
+                                    : grpo_update(on_slot, *record, config_.update, weight, shuffle_);
+      policy_.with_slot([&](model::TenantSlot& slot) { version = slot.publish(); });
       ++it;
       std::lock_guard lk(mu_);
       progress_.iterations = it;

@@ -48,6 +48,10 @@ class PolicyPort {
   virtual std::int64_t feature_dim() const = 0;
 };
 
+// The most steps one rollout record may hold (PPO: sessions x horizon; GRPO: sessions x the
+// episode limit): bounds a job's memory in the daemon.
+inline constexpr long kMaxRecordSteps = 65536;
+
 struct RlConfig {
   std::string algorithm = "ppo";  // ppo or grpo
   std::string task = "reach";

@@ -61,6 +61,15 @@ TEST_CASE("env sessions are stepped in parallel and belong to the tenant that op
   CHECK(envs.sessions() == 1);
 }
 
+TEST_CASE("the Environment Service caps sessions per tenant and in all", "[unit][env]") {
+  EnvService envs({.workers = 0, .max_sessions_per_tenant = 2, .max_sessions = 3});
+  envs.open("alice", "reach", 2, 64, 0);
+  CHECK_THROWS_AS(envs.open("alice", "reach", 1, 64, 0), EnvError);  // alice's own cap
+  envs.open("bob", "reach", 1, 64, 0);
+  CHECK_THROWS_AS(envs.open("carol", "reach", 1, 64, 0), EnvError);  // nexusd's cap
+  CHECK(envs.sessions() == 3);
+}
+
 TEST_CASE("a session that throws is failed for good and alone, and the tenant opens a new one", "[unit][env]") {
   EnvService envs({.workers = 1}, [](const std::string& task, int size, int max_steps) -> std::unique_ptr<EnvSession> {
     auto inner = make_builtin_session(task == "flaky" ? "reach" : task, size, max_steps);
