@@ -149,31 +149,29 @@ int run_env(const EnvOptions& o) {
   }
   test::Daemon grouped({"--backbone", o.backbone, "--log-level", "warn"}, o.nexusd);
   test::Daemon serial({"--backbone", o.backbone, "--batch-samples", "1", "--log-level", "warn"}, o.nexusd);
+  // Env steps per second for each tenant count, grouping daemon vs serial daemon, side by side.
+  auto compare = [&](const std::string& key, const std::string& speedup_key, const char* what, const auto& rate) {
+    std::printf("%7s %16s %16s %8s\n", "tenants", "grouped steps/s", "serial steps/s", "speedup");
+    j[key] = nlohmann::json::array();
+    for (int t : o.tenants) {
+      std::fprintf(stderr, "[env] %s with %d tenant(s) ...\n", what, t);
+      const double g = rate(grouped, (key + "-g").c_str(), t), s = rate(serial, (key + "-s").c_str(), t);
+      std::printf("%7d %16.1f %16.1f %7.2fx\n", t, g, s, g / s);
+      j[key].push_back({{"tenants", t}, {"grouped_steps_per_s", g}, {"serial_steps_per_s", s}, {"speedup", g / s}});
+      j[speedup_key + std::to_string(t)] = g / s;
+    }
+  };
   std::printf("\nrollouts (%s backbone, %d reach sessions per tenant in nexusd's Environment Service, actions from\n"
               "nexusd every step)\n",
               o.backbone.c_str(), o.sessions);
-  std::printf("%7s %16s %16s %8s\n", "tenants", "grouped steps/s", "serial steps/s", "speedup");
-  j["rollout"] = nlohmann::json::array();
-  for (int t : o.tenants) {
-    std::fprintf(stderr, "[env] rollouts with %d tenant(s) ...\n", t);
-    const double g = rollout_rate(grouped.socket(), "g", t, o.sessions, o.steps);
-    const double s = rollout_rate(serial.socket(), "s", t, o.sessions, o.steps);
-    std::printf("%7d %16.1f %16.1f %7.2fx\n", t, g, s, g / s);
-    j["rollout"].push_back({{"tenants", t}, {"grouped_steps_per_s", g}, {"serial_steps_per_s", s}, {"speedup", g / s}});
-    j["rollout_speedup_" + std::to_string(t)] = g / s;
-  }
+  compare("rollout", "rollout_speedup_", "rollouts", [&](const test::Daemon& d, const char* tag, int t) {
+    return rollout_rate(d.socket(), tag, t, o.sessions, o.steps);
+  });
   std::printf("\nRL jobs in nexusd (PPO on reach, %d sessions, %d updates each; rollouts, updates and publishing)\n",
               o.sessions, o.rl_iterations);
-  std::printf("%7s %16s %16s %8s\n", "tenants", "grouped steps/s", "serial steps/s", "speedup");
-  j["rl_jobs"] = nlohmann::json::array();
-  for (int t : o.tenants) {
-    std::fprintf(stderr, "[env] RL jobs with %d tenant(s) ...\n", t);
-    const double g = rl_job_rate(grouped.socket(), "rg", t, o.sessions, o.rl_iterations);
-    const double s = rl_job_rate(serial.socket(), "rs", t, o.sessions, o.rl_iterations);
-    std::printf("%7d %16.1f %16.1f %7.2fx\n", t, g, s, g / s);
-    j["rl_jobs"].push_back({{"tenants", t}, {"grouped_steps_per_s", g}, {"serial_steps_per_s", s}, {"speedup", g / s}});
-    j["rl_job_speedup_" + std::to_string(t)] = g / s;
-  }
+  compare("rl_jobs", "rl_job_speedup_", "RL jobs", [&](const test::Daemon& d, const char* tag, int t) {
+    return rl_job_rate(d.socket(), tag, t, o.sessions, o.rl_iterations);
+  });
   if (o.json) std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -470,11 +470,18 @@ struct ModelService::Impl {
     complete(w.session_id, std::move(bytes));
   }
 
-  void front_error(const ModelWork& w, wire::ErrorCode code, const std::string& reason) {
+  // Finishes a reply body built in `fbb` and sends it (any thread: complete() only queues).
+  void answer(std::uint64_t session, std::uint64_t request, flatbuffers::FlatBufferBuilder& fbb, wire::Body type,
+              flatbuffers::Offset<void> body) {
+    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, request, type, body));
+    complete(session, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+  }
+  void answer_error(std::uint64_t session, std::uint64_t request, wire::ErrorCode code, const std::string& reason) {
     flatbuffers::FlatBufferBuilder fbb(256);
-    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, w.request_id, wire::Body::Error,
-                                   wire::CreateError(fbb, code, fbb.CreateString(reason)).Union()));
-    complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    answer(session, request, fbb, wire::Body::Error, wire::CreateError(fbb, code, fbb.CreateString(reason)).Union());
+  }
+  void front_error(const ModelWork& w, wire::ErrorCode code, const std::string& reason) {
+    answer_error(w.session_id, w.request_id, code, reason);
   }
 
   void start_job(ModelWork& w, const wire::RlStartRequest& r) {
@@ -502,9 +509,8 @@ struct ModelService::Impl {
     log_text(LogLevel::Info, "rl_job", "tenant=" + w.tenant + " algorithm=" + c.algorithm + " task=" + c.task +
                                            " sessions=" + std::to_string(c.sessions) + " iterations=" + std::to_string(c.iterations));
     flatbuffers::FlatBufferBuilder fbb(128);
-    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, w.request_id, wire::Body::RlStartReply,
-                                   wire::CreateRlStartReply(fbb, job->progress().first_version).Union()));
-    complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    answer(w.session_id, w.request_id, fbb, wire::Body::RlStartReply,
+           wire::CreateRlStartReply(fbb, job->progress().first_version).Union());
   }
 
   void job_status(ModelWork& w, bool stop_it) {
@@ -517,8 +523,7 @@ struct ModelService::Impl {
                                           p.first_version, p.env_steps, p.episodes, p.recent_success, p.recent_return,
                                           p.policy_loss, p.value_loss, p.entropy, p.records_dropped,
                                           p.records_downweighted, p.seconds);
-    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, w.request_id, wire::Body::RlStatusReply, body.Union()));
-    complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    answer(w.session_id, w.request_id, fbb, wire::Body::RlStatusReply, body.Union());
   }
 
   // ---- datasets: read from the descriptor the tenant sent, sampled here into SFT batches ----
@@ -556,16 +561,15 @@ struct ModelService::Impl {
     flatbuffers::FlatBufferBuilder fbb(128);
     auto body = wire::CreateDatasetLoadReply(fbb, static_cast<std::uint32_t>(d->file.episodes.size()), d->index.size(),
                                              static_cast<std::int32_t>(m.state_dim), static_cast<std::int32_t>(m.action_dim));
-    fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, w.request_id, wire::Body::DatasetLoadReply, body.Union()));
-    complete(w.session_id, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+    answer(w.session_id, w.request_id, fbb, wire::Body::DatasetLoadReply, body.Union());
   }
 
   // Samples a batch and hands it to the executor as an SFT step, grouped with everyone's; the
   // reply goes out when the step is done (this thread does not wait for it).
   void dataset_sft_step(ModelWork& w, const wire::DatasetSftStepRequest& r) {
-    auto mine = datasets.find(w.tenant);
-    auto it = mine == datasets.end() ? decltype(mine->second.end()){} : mine->second.find(r.name()->str());
-    if (mine == datasets.end() || it == mine->second.end())
+    auto& mine = datasets[w.tenant];
+    auto it = mine.find(r.name()->str());
+    if (it == mine.end())
       return front_error(w, wire::ErrorCode::BadDataset, "no dataset '" + r.name()->str() + "' loaded by this tenant");
     const auto n = static_cast<std::int64_t>(r.batch()), chunk = static_cast<std::int64_t>(r.chunk());
     if (n < 1 || n > kMaxSamplesPerRequest || chunk < 1 || chunk > kMaxChunk)
@@ -594,14 +598,10 @@ struct ModelService::Impl {
     if (sd == 0) work->state = torch::Tensor();
     const auto session = w.session_id, request = w.request_id;
     work->sft_done = [this, session, request](const model::StepResult& r, wire::ErrorCode code, const std::string& why) {
-      flatbuffers::FlatBufferBuilder fbb(256);
-      if (code != wire::ErrorCode::None)
-        fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, request, wire::Body::Error,
-                                       wire::CreateError(fbb, code, fbb.CreateString(why)).Union()));
-      else
-        fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, request, wire::Body::SftStepReply,
-                                       wire::CreateSftStepReply(fbb, r.loss, r.grad_norm, static_cast<std::uint64_t>(r.step)).Union()));
-      complete(session, std::vector<std::uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()));
+      if (code != wire::ErrorCode::None) return answer_error(session, request, code, why);
+      flatbuffers::FlatBufferBuilder fbb(128);
+      answer(session, request, fbb, wire::Body::SftStepReply,
+             wire::CreateSftStepReply(fbb, r.loss, r.grad_norm, static_cast<std::uint64_t>(r.step)).Union());
     };
     submit_internal(w.tenant, std::move(work), /*act=*/true, w.alive);
   }

@@ -63,7 +63,6 @@ class TenantSlot {
   // RL: one optimizer step on the loss that `loss_of` computes from the live head (clipping,
   // NaN checks and the step counter as in sft_step). Throws SlotError, slot untouched, on NaN.
   StepResult policy_step(const std::function<torch::Tensor(ActionHead&)>& loss_of);
-  at::Generator& rng() { return rng_; }
 
   // Publishes an immutable snapshot of the head's parameters; returns its version (1, 2, ...).
   std::uint64_t publish();

@@ -2,8 +2,6 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include <deque>
-
 #include "daemon/model/backbone.hpp"
 
 namespace nexus::rl {
@@ -148,6 +146,13 @@ void RlJob::fail(const std::string& why) {
   queue_.close();
 }
 
+void RlJob::episode_ended(bool success, float episode_return) {
+  std::lock_guard lk(mu_);
+  window_.emplace_back(success, episode_return);
+  if (window_.size() > 100) window_.pop_front();
+  ++progress_.episodes;
+}
+
 void RlJob::produce() {
   try {
     if (config_.algorithm == "ppo")
@@ -160,6 +165,26 @@ void RlJob::produce() {
 }
 
 namespace {
+
+// One record's steps as they are taken, stacked into the Rollout at its end.
+struct StepLists {
+  std::vector<torch::Tensor> pooled, state, actions, log_prob, reward, alive;
+  void add(const PolicyPort::Acted& acted, const torch::Tensor& obs_state) {
+    pooled.push_back(acted.pooled);
+    state.push_back(obs_state.clone());
+    actions.push_back(acted.actions);
+    log_prob.push_back(acted.log_prob);
+  }
+  void stack_into(Rollout& r) const {
+    r.pooled = torch::stack(pooled);
+    r.state = torch::stack(state);
+    r.actions = torch::stack(actions);
+    r.log_prob = torch::stack(log_prob);
+    r.reward = torch::stack(reward);
+    r.alive = alive.empty() ? torch::ones_like(r.reward) : torch::stack(alive);
+  }
+};
+
 std::vector<std::int64_t> all_rows(std::size_t n) {
   std::vector<std::int64_t> r(n);
   for (std::size_t i = 0; i < n; ++i) r[i] = static_cast<std::int64_t>(i);
@@ -180,13 +205,11 @@ void RlJob::produce_ppo() {
   auto acted = obs.act();
   while (!stop_) {
     Rollout r;
-    std::vector<torch::Tensor> pooled, state, actions, log_prob, reward, done;
+    StepLists steps;
+    std::vector<torch::Tensor> done;
     r.version = acted.version;
     for (int t = 0; t < T && !stop_; ++t) {
-      pooled.push_back(acted.pooled);
-      state.push_back(obs.state.clone());
-      actions.push_back(acted.actions);
-      log_prob.push_back(acted.log_prob);
+      steps.add(acted, obs.state);
       auto step = obs.run(all_rows(n), {}, acted.actions.select(1, 0));
       auto rew = torch::empty({static_cast<std::int64_t>(n)}), dn = torch::zeros({static_cast<std::int64_t>(n)});
       std::vector<std::int64_t> finished;
@@ -196,14 +219,11 @@ void RlJob::produce_ppo() {
         if (step[i].outcome.done) {
           dn[static_cast<std::int64_t>(i)] = 1;
           finished.push_back(static_cast<std::int64_t>(i));
-          std::lock_guard lk(mu_);
-          window_.emplace_back(step[i].outcome.success, returns[i]);
-          if (window_.size() > 100) window_.erase(window_.begin());
-          ++progress_.episodes;
+          episode_ended(step[i].outcome.success, returns[i]);
           returns[i] = 0;
         }
       }
-      reward.push_back(rew);
+      steps.reward.push_back(rew);
       done.push_back(dn);
       if (!finished.empty()) {
         std::vector<std::uint64_t> fresh(finished.size());
@@ -218,13 +238,8 @@ void RlJob::produce_ppo() {
       r.version = std::min(r.version, acted.version);
     }
     if (stop_) break;
-    r.pooled = torch::stack(pooled);
-    r.state = torch::stack(state);
-    r.actions = torch::stack(actions);
-    r.log_prob = torch::stack(log_prob);
-    r.reward = torch::stack(reward);
+    steps.stack_into(r);
     r.done = torch::stack(done);
-    r.alive = torch::ones_like(r.reward);
     r.last_pooled = acted.pooled;
     r.last_state = obs.state.clone();
     if (!queue_.push(std::move(r))) break;
@@ -246,7 +261,7 @@ void RlJob::produce_grpo() {
     Rollout r;
     r.group_size = static_cast<std::int64_t>(G);
     r.version = UINT64_MAX;
-    std::vector<torch::Tensor> pooled, state, actions, log_prob, reward, alive;
+    StepLists steps;
     std::vector<bool> live(n, true);
     auto ret = torch::zeros({static_cast<std::int64_t>(n)});
     for (int t = 0; t < spec_.max_steps && !stop_; ++t) {
@@ -256,10 +271,7 @@ void RlJob::produce_grpo() {
       if (rows.empty()) break;
       auto acted = obs.act();  // all rows: finished ones are masked out below
       r.version = std::min(r.version, acted.version);
-      pooled.push_back(acted.pooled);
-      state.push_back(obs.state.clone());
-      actions.push_back(acted.actions);
-      log_prob.push_back(acted.log_prob);
+      steps.add(acted, obs.state);
       auto alive_t = torch::zeros({static_cast<std::int64_t>(n)}), rew = torch::zeros({static_cast<std::int64_t>(n)});
       auto step = obs.run(rows, {}, acted.actions.select(1, 0).index_select(0, torch::tensor(rows, torch::kLong)));
       for (std::size_t j = 0; j < rows.size(); ++j) {
@@ -268,25 +280,17 @@ void RlJob::produce_grpo() {
         rew[i] = step[j].outcome.reward;
         if (step[j].outcome.done) {
           live[static_cast<std::size_t>(i)] = false;
-          std::lock_guard lk(mu_);
-          window_.emplace_back(step[j].outcome.success, ret[i].item<float>() + step[j].outcome.reward);
-          if (window_.size() > 100) window_.erase(window_.begin());
-          ++progress_.episodes;
+          episode_ended(step[j].outcome.success, ret[i].item<float>() + step[j].outcome.reward);
         }
       }
       ret += rew;
-      reward.push_back(rew);
-      alive.push_back(alive_t);
+      steps.reward.push_back(rew);
+      steps.alive.push_back(alive_t);
       std::lock_guard lk(mu_);
       progress_.env_steps += rows.size();
     }
     if (stop_) break;
-    r.pooled = torch::stack(pooled);
-    r.state = torch::stack(state);
-    r.actions = torch::stack(actions);
-    r.log_prob = torch::stack(log_prob);
-    r.reward = torch::stack(reward);
-    r.alive = torch::stack(alive);
+    steps.stack_into(r);
     r.done = torch::zeros_like(r.reward);
     r.episode_return = ret;
     if (!queue_.push(std::move(r))) break;

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -98,6 +99,7 @@ class RlJob {
   void produce_grpo();
   void consume();
   void fail(const std::string& why);
+  void episode_ended(bool success, float episode_return);
   struct Observer;
 
   const std::string tenant_;
@@ -114,7 +116,7 @@ class RlJob {
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
   RlProgress progress_;               // GUARDED_BY(mu_)
-  std::vector<std::pair<bool, float>> window_;  // GUARDED_BY(mu_): recent episodes
+  std::deque<std::pair<bool, float>> window_;   // GUARDED_BY(mu_): the last 100 episodes
   std::chrono::steady_clock::time_point started_;
   std::thread producer_, actor_;
 };
