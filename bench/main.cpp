@@ -2,10 +2,14 @@
 //   nexus-bench ipc [--json]    shm ring round trips (spin, block) vs a Unix-socket baseline
 //   nexus-bench group [--json]  shared backbone passes: grouped vs serial, daemon vs in-process
 //   nexus-bench env [--json]    simulator steps/s with rendering; rollouts grouped vs serial
+//   nexus-bench workload [--json] [--scale S] [--out DIR]   the reference mix shared vs isolated
+//   nexus-bench fairness [--json]  weighted fair share; inference latency behind training
 #include <CLI/CLI.hpp>
+#include <cstdio>
 
 #include "env.hpp"
 #include "group.hpp"
+#include "workload.hpp"
 
 namespace nexus::bench {
 struct IpcOptions {
@@ -50,13 +54,34 @@ int main(int argc, char** argv) {
   group_cmd->add_option("--png", group.png, "plot output (empty: none)");
   group_cmd->add_flag("--json", group.json, "last line: one JSON object of figures");
 #endif
+#ifdef NEXUS_BENCH_WITH_GROUP
+  nexus::bench::WorkloadOptions workload{.nexusctl = NEXUS_BENCH_NEXUSCTL, .rl_tenant = NEXUS_BENCH_RL_TENANT,
+                                         .sft_demos_tenant = NEXUS_BENCH_SFT_DEMOS_TENANT, .python = NEXUS_BENCH_PYTHON,
+                                         .plot_script = NEXUS_BENCH_PLOT_TIMELINE};
+  auto* workload_cmd = app.add_subcommand("workload", "the reference mix (3 RL + 1 SFT) shared vs isolated, side by side");
+  workload_cmd->add_option("--scale", workload.scale, "multiplies every tenant's work (1: about 5 minutes on 2 cores)");
+  workload_cmd->add_option("--out", workload.out, "directory for workload.csv, timeline.csv, timeline.png");
+  workload_cmd->add_flag("--json", workload.json, "last line: one JSON object of figures");
+  nexus::bench::FairnessOptions fairness{.sft_tenant = NEXUS_BENCH_SFT_TENANT};
+  auto* fairness_cmd = app.add_subcommand("fairness", "weights 1:2 under contention; predict latency idle vs behind training");
+  fairness_cmd->add_option("--seconds", fairness.seconds, "each measured phase");
+  fairness_cmd->add_flag("--json", fairness.json, "last line: one JSON object of figures");
+#endif
   CLI11_PARSE(app, argc, argv);
+  try {
   if (ipc_cmd->parsed()) return nexus::bench::run_ipc(ipc);
   env.nexusd = ipc.nexusd;
   if (env_cmd->parsed()) return nexus::bench::run_env(env);
 #ifdef NEXUS_BENCH_WITH_GROUP
   group.nexusd = ipc.nexusd;
   if (group_cmd->parsed()) return nexus::bench::run_group(group);
+  workload.nexusd = fairness.nexusd = ipc.nexusd;
+  if (workload_cmd->parsed()) return nexus::bench::run_workload(workload);
+  if (fairness_cmd->parsed()) return nexus::bench::run_fairness(fairness);
 #endif
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "nexus-bench: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

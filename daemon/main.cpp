@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <fstream>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -12,12 +13,44 @@
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
 #ifdef NEXUS_WITH_MODEL
-#include "daemon/model/model_service.hpp"
+#include "daemon/master/master.hpp"
 #endif
 #include "schema/protocol.hpp"
 
 namespace {
 std::atomic<nexus::daemon::Reactor*> g_reactor{nullptr};  // for the signal handler
+
+#ifdef NEXUS_WITH_MODEL
+nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) {
+  nexus::daemon::MasterConfig m;
+  m.model.backbone = c.backbone;
+  m.model.weights = nexus::daemon::resolve_weights(c);
+  m.model.batch = {c.batch_samples, c.batch_wait};
+  m.model.group_window_s = c.group_window_ms / 1000.0;
+  m.model.state_dir = c.state_dir;
+  m.model.deterministic = c.deterministic;
+  m.model.max_request_gflop = c.max_request_gflop;
+  m.model.versions_kept = static_cast<int>(c.versions_kept);
+  m.model.idle_evict = c.idle_evict;
+  for (const auto& [name, w] : c.tenants) m.model.tenants[name] = {w.weight, w.priority};
+  m.env.workers = static_cast<int>(c.env_workers);
+  m.external_envs = c.external_envs;
+  m.external_timeouts = {c.external_open_timeout, c.external_step_timeout};
+  m.datasets = {c.datasets_per_tenant, c.dataset_bytes_per_tenant, c.dataset_bytes_total};
+  m.jobs.max_running_per_tenant = static_cast<int>(c.jobs_running_per_tenant);
+  m.jobs.max_running = static_cast<int>(c.jobs_running);
+  m.request_bytes_per_tenant = c.request_bytes_per_tenant;
+  m.record_timeline = !c.timeline_path.empty();
+  return m;
+}
+
+void write_timeline(const std::string& path, const std::vector<nexus::metrics::Interval>& intervals) {
+  std::ofstream out(path);
+  out << "service,tenant,start_s,end_s\n";
+  for (const auto& i : intervals)
+    out << nexus::metrics::service_name(i.service) << ',' << i.tenant << ',' << i.start_s << ',' << i.end_s << '\n';
+}
+#endif
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -33,6 +66,8 @@ int main(int argc, char** argv) {
   long batch_wait_us = -1;
   bool deterministic = false;
   std::vector<std::string> external_envs;
+  std::string timeline;
+  double max_request_gflop = 0;
   app.add_option("-c,--config", config_path, "TOML config file (see systemd/nexusd.toml)");
   app.add_option("-s,--socket", socket_path, "control socket path (default /run/nexus/nexusd.sock)");
   app.add_option("--spin-us", spin_us, "busy-poll the rings this long after the last request");
@@ -40,7 +75,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-segment-mib", max_segment_mib, "per-tenant segment cap in MiB");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
   app.add_option("--backbone", backbone, "resident backbone: tiny, small, torchscript (a user module), or none");
-  app.add_option("--weights", weights, "tiny/small: weights (.safetensors; default: seeded init); torchscript: the .pt file");
+  app.add_option("--weights", weights, "tiny/small: weights (.safetensors; default: tiny's embedded pretrained weights; 'seeded': the untrained init); torchscript: the .pt file");
   app.add_option("--state-dir", state_dir, "where checkpoints are kept (default /var/lib/nexus)");
   app.add_option("--batch-samples", batch_samples, "B: a group flushes at this many samples");
   app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");
@@ -48,6 +83,8 @@ int main(int argc, char** argv) {
                "bitwise per-sample results whatever the group: one backbone pass per request");
   app.add_option("--external-env", external_envs,
                  "NAME=SOCKET: an external environment's simulator process; tenants open \"NAME:task\"");
+  app.add_option("--max-request-gflop", max_request_gflop, "per-request cost budget ([model] max_request_gflop)");
+  app.add_option("--timeline", timeline, "at exit, write every service's busy intervals as CSV (nexus-bench workload)");
   app.add_flag("--version", version, "print the version and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {
@@ -82,6 +119,8 @@ int main(int argc, char** argv) {
     }
     config.external_envs[e.substr(0, eq)] = e.substr(eq + 1);
   }
+  if (!timeline.empty()) config.timeline_path = timeline;
+  if (max_request_gflop > 0) config.max_request_gflop = max_request_gflop;
   nexus::daemon::init_logging(config.log_level);
 
   std::signal(SIGPIPE, SIG_IGN);
@@ -91,28 +130,25 @@ int main(int argc, char** argv) {
     listener = nexus::daemon::open_listener(config);
     NEXUS_LOG(info, "listening", "socket={} systemd={}",
               listener.from_systemd ? "(passed by systemd)" : listener.path, listener.from_systemd);
-    // The reactor outlives nothing that posts to it: the model service is declared after it, so
-    // its executor thread is joined first.
+    // The reactor outlives nothing that posts to it: the services are declared after it, so
+    // their threads are joined first.
     std::unique_ptr<nexus::daemon::Reactor> reactor;
-    std::unique_ptr<nexus::daemon::ModelPort> model;
+    std::unique_ptr<nexus::daemon::ServicePort> services;
 #ifdef NEXUS_WITH_MODEL
+    nexus::daemon::Master* master = nullptr;
     if (config.backbone != "none") {
-      nexus::daemon::ModelConfig mc;
-      mc.backbone = config.backbone;
-      mc.weights = config.weights;
-      mc.batch = {config.batch_samples, config.batch_wait};
-      mc.state_dir = config.state_dir;
-      mc.deterministic = config.deterministic;
-      mc.external_envs = config.external_envs;
-      model = std::make_unique<nexus::daemon::ModelService>(mc, [&reactor](std::uint64_t session, std::vector<std::uint8_t> reply) {
-        reactor->post_completion(session, std::move(reply));
-      });
+      auto owned = std::make_unique<nexus::daemon::Master>(
+          master_config(config), [&reactor](std::uint64_t session, std::vector<std::uint8_t> reply) {
+            reactor->post_completion(session, std::move(reply));
+          });
+      master = owned.get();
+      services = std::move(owned);
     }
 #else
     if (config.backbone != "none")
       NEXUS_LOG(warn, "no_model", "reason=\"built without NEXUS_WITH_MODEL: serving the transport only\"");
 #endif
-    reactor = std::make_unique<nexus::daemon::Reactor>(config, listener.fd, model.get());
+    reactor = std::make_unique<nexus::daemon::Reactor>(config, listener.fd, services.get());
     // SIGTERM/SIGINT stop the reactor through a handler, not a blocked mask and a signalfd:
     // libraries (OpenBLAS, OpenMP) start threads before main, and the kernel may hand a
     // process signal to any thread that has not blocked it.
@@ -125,7 +161,10 @@ int main(int argc, char** argv) {
     reactor->run();
     std::signal(SIGTERM, SIG_DFL);
     std::signal(SIGINT, SIG_DFL);
-    model.reset();  // joins the executor before the reactor goes
+#ifdef NEXUS_WITH_MODEL
+    if (master && !config.timeline_path.empty()) write_timeline(config.timeline_path, master->timeline());
+#endif
+    services.reset();  // joins the services' threads before the reactor goes
   } catch (const std::exception& e) {
     NEXUS_LOG(critical, "fatal", "error=\"{}\"", e.what());
     nexus::daemon::close_listener(listener);

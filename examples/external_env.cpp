@@ -7,6 +7,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -38,6 +39,10 @@ bool send_observation(int fd, nexus::sim::Task* task, nexus::sim::StepResult r, 
   return send_ext(fd, fbb, wire::ExtBody::ExtObservation, body.Union());
 }
 
+// --hang-after N: after N steps in all, stop answering (a simulator that hangs; fault tests).
+std::atomic<long> g_hang_after{-1};
+std::atomic<long> g_steps{0};
+
 void serve(int fd) {
   std::vector<std::uint8_t> buffer;
   std::string why;
@@ -64,6 +69,8 @@ void serve(int fd) {
       task->reset(m->body_as_ExtReset()->seed());
       if (!send_observation(fd, task.get(), {}, "", false)) break;
     } else if (m->body_type() == wire::ExtBody::ExtStep) {
+      if (g_hang_after >= 0 && g_steps++ >= g_hang_after)
+        for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hung: never answers again
       const auto* a = m->body_as_ExtStep()->action();
       try {
         const auto r = task->step(a ? std::span<const float>(a->data(), a->size()) : std::span<const float>{});
@@ -83,8 +90,11 @@ void serve(int fd) {
 int main(int argc, char** argv) {
   CLI::App app{"external_env: built-in MuJoCo tasks served as an external environment"};
   std::string path;
+  long hang_after = -1;
   app.add_option("-s,--socket", path, "Unix socket to listen on")->required();
+  app.add_option("--hang-after", hang_after, "stop answering after this many steps in all (fault tests)");
   CLI11_PARSE(app, argc, argv);
+  g_hang_after = hang_after;
   std::signal(SIGPIPE, SIG_IGN);
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

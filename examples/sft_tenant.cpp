@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -60,7 +64,10 @@ int main(int argc, char** argv) {
   CLI::App app{"sft_tenant: supervised fine-tuning of one head through nexusd"};
   nexus::ClientOptions opt;
   nexus::TenantSpec spec;
-  int steps = 300, batch = 16, heldout = 128, nan_every = 0, report_every = 50, checkpoint_at = 0;
+  int steps = 300, batch = 16, heldout = 128, nan_every = 0, report_every = 50, checkpoint_at = 0, pipeline = 1;
+  int offend_every = 0, pause_after = 0;
+  double pause_s = 0;
+  std::string offense = "nan";
   bool trajectory = false;
   app.add_option("-s,--socket", opt.socket_path, "nexusd control socket");
   app.add_option("-t,--tenant", opt.tenant, "tenant name")->required();
@@ -72,12 +79,24 @@ int main(int argc, char** argv) {
   app.add_option("--chunk", kChunk, "actions per chunk (the tenant's data schema)")->check(CLI::Range(1, 64));
   app.add_option("--heldout", heldout, "held-out scenes for the final evaluation");
   app.add_option("--nan-every", nan_every, "poison every Nth batch with NaN actions (isolation tests)");
+  app.add_option("--offend-every", offend_every, "every Nth step, send a bad request instead (isolation tests)");
+  app.add_option("--offense", offense, "nan (actions), tokens (ids out of range), oversize (over the daemon's "
+                                       "per-request budget), or mixed (all three in turn)")
+      ->check(CLI::IsMember({"nan", "tokens", "oversize", "mixed"}));
+  app.add_option("--pause-after", pause_after, "after this many steps, idle --pause-s seconds (fairness tests)");
+  app.add_option("--pause-s", pause_s, "how long to idle at --pause-after");
+  app.add_option("--pipeline", pipeline, "SFT requests kept in flight (asynchronous)")->check(CLI::Range(1, 8));
   app.add_option("--report-every", report_every, "progress line every N steps (0: none)");
   app.add_flag("--trajectory", trajectory, "include every step's loss in the JSON line");
   app.add_option("--checkpoint-at", checkpoint_at,
                  "save a checkpoint after step K; at the end reattach, load it into a fresh slot and "
                  "replay step K+1 (its loss must equal the uninterrupted run's)");
   CLI11_PARSE(app, argc, argv);
+  if (nan_every > 0) offend_every = nan_every, offense = "nan";
+  if (pipeline > 1 && checkpoint_at > 0) {
+    std::fprintf(stderr, "--checkpoint-at needs --pipeline 1\n");
+    return 2;
+  }
   spec.head.chunk = kChunk;
   spec.head.action_dim = kActionDim;
   spec.head.flow_noise = 0.1;  // the reach actions span about +-0.3
@@ -88,34 +107,22 @@ int main(int argc, char** argv) {
     auto client = nexus::Client::attach(opt);
     const auto bb = client->register_tenant(spec);
     nexus::synth::SceneGenerator train(spec.seed, {.image_size = bb.image_size});
-    Batch b = alloc_batch(*client, bb, batch);
+    std::vector<Batch> bufs;
+    for (int i = 0; i < pipeline; ++i) bufs.push_back(alloc_batch(*client, bb, batch));
     double first_loss = NAN, last_loss = NAN;
     std::string losses;  // the whole trajectory, for equivalence checks
     std::vector<double> mean_action(kChunk * kActionDim, 0.0);
     int bad_batches = 0, samples = 0;
+    std::map<std::string, int> refused;  // error code -> count, for the offender's report
     Saved replay;                        // batch K+1 of --checkpoint-at K
     double uninterrupted_next = NAN;     // its loss in the uninterrupted run
-    for (int step = 1; step <= steps; ++step) {
-      fill(b, train, batch);
-      const auto a = b.actions.as<float>();
-      for (std::size_t i = 0; i < a.size(); ++i) mean_action[i % mean_action.size()] += a[i];
-      samples += batch;
-      if (nan_every > 0 && step % nan_every == 0) {
-        b.actions.as<float>()[0] = NAN;
-        try {
-          client->sft_step(b.obs(), b.actions);
-          std::fprintf(stderr, "[%s] a NaN batch was accepted\n", opt.tenant.c_str());
-          return 3;
-        } catch (const nexus::Error& e) {
-          if (e.code() != nexus::ErrorCode::BadBatch) throw;
-          ++bad_batches;
-          continue;
-        }
-      }
-      if (checkpoint_at > 0 && step == checkpoint_at + 1) replay = Saved::of(b);
-      const auto r = client->sft_step(b.obs(), b.actions);
-      if (checkpoint_at > 0 && step == checkpoint_at) client->save("step-" + std::to_string(step));
-      if (checkpoint_at > 0 && step == checkpoint_at + 1) uninterrupted_next = r.loss;
+    std::deque<nexus::Future<nexus::SftResult>> in_flight;
+    int answered = 0;
+    auto take_reply = [&] {
+      const auto r = in_flight.front().get();
+      in_flight.pop_front();
+      ++answered;
+      if (checkpoint_at > 0 && answered == checkpoint_at + 1) uninterrupted_next = r.loss;
       if (std::isnan(first_loss)) first_loss = r.loss;
       last_loss = r.loss;
       if (trajectory) {
@@ -123,10 +130,55 @@ int main(int argc, char** argv) {
         std::snprintf(buf, sizeof buf, "%s%.17g", losses.empty() ? "" : ",", r.loss);
         losses += buf;
       }
-      if (report_every > 0 && (step % report_every == 0 || step == steps))
-        std::fprintf(stderr, "[%s %s] step %d/%d loss %.4f\n", opt.tenant.c_str(), spec.head.kind.c_str(), step,
-                     steps, r.loss);
+      if (report_every > 0 && (r.step % report_every == 0))
+        std::fprintf(stderr, "[%s %s] step %llu loss %.4f\n", opt.tenant.c_str(), spec.head.kind.c_str(),
+                     static_cast<unsigned long long>(r.step), r.loss);
+    };
+    std::optional<Batch> oversize;  // over the budget by its sample count (--offense oversize)
+    for (int step = 1; step <= steps; ++step) {
+      Batch& b = bufs[static_cast<std::size_t>(step % pipeline)];
+      if (in_flight.size() >= static_cast<std::size_t>(pipeline)) take_reply();  // b is free again
+      fill(b, train, batch);
+      const auto a = b.actions.as<float>();
+      for (std::size_t i = 0; i < a.size(); ++i) mean_action[i % mean_action.size()] += a[i];
+      samples += batch;
+      if (offend_every > 0 && step % offend_every == 0) {
+        static const char* kinds[] = {"nan", "tokens", "oversize"};
+        const std::string kind = offense == "mixed" ? kinds[(step / offend_every) % 3] : offense;
+        while (!in_flight.empty()) take_reply();  // the offence goes alone, after the steps before it
+        const Batch* sent = &b;
+        if (kind == "nan") b.actions.as<float>()[0] = NAN;
+        if (kind == "tokens") b.tokens.as<std::int32_t>()[0] = 1 << 20;  // no such byte token
+        if (kind == "oversize") {
+          if (!oversize) oversize = alloc_batch(*client, bb, 512);
+          sent = &*oversize;
+        }
+        const auto expected = kind == "oversize" ? nexus::ErrorCode::OverBudget : nexus::ErrorCode::BadBatch;
+        try {
+          client->sft_step(sent->obs(), sent->actions);
+          std::fprintf(stderr, "[%s] a bad request (%s) was accepted\n", opt.tenant.c_str(), kind.c_str());
+          return 3;
+        } catch (const nexus::Error& e) {
+          if (e.code() != expected) throw;
+          ++bad_batches;
+          ++refused[nexus::error_code_name(e.code())];
+          continue;
+        }
+      }
+      if (pause_after > 0 && step == pause_after + 1) {
+        while (!in_flight.empty()) take_reply();
+        std::fprintf(stderr, "[%s] pausing for %.0f s\n", opt.tenant.c_str(), pause_s);
+        std::this_thread::sleep_for(std::chrono::duration<double>(pause_s));
+        std::fprintf(stderr, "[%s] resumed\n", opt.tenant.c_str());
+      }
+      if (checkpoint_at > 0 && step == checkpoint_at + 1) replay = Saved::of(b);
+      in_flight.push_back(client->sft_step_async(b.obs(), b.actions));
+      if (checkpoint_at > 0 && step == checkpoint_at) {
+        take_reply();
+        client->save("step-" + std::to_string(step));
+      }
     }
+    while (!in_flight.empty()) take_reply();
     for (auto& m : mean_action) m /= samples;  // per-sample mean of each action entry
 
     // Held-out evaluation: mean L1 action error vs predicting the training actions' mean.
@@ -159,11 +211,13 @@ int main(int argc, char** argv) {
                     resumed == uninterrupted_next ? "true" : "false");
       resume = buf;
     }
+    std::string refused_json;
+    for (const auto& [code, n] : refused) refused_json += (refused_json.empty() ? "\"" : ",\"") + code + "\":" + std::to_string(n);
     std::printf("{\"tenant\":\"%s\",\"head\":\"%s\",\"steps\":%d,\"first_loss\":%.6f,\"last_loss\":%.6f,"
-                "\"heldout_l1\":%.6f,\"baseline_l1\":%.6f,\"improvement\":%.3f,\"bad_batches\":%d,\"version\":%llu,"
-                "\"resume\":%s,\"losses\":[%s]}\n",
+                "\"heldout_l1\":%.6f,\"baseline_l1\":%.6f,\"improvement\":%.3f,\"bad_batches\":%d,\"refused\":{%s},"
+                "\"version\":%llu,\"resume\":%s,\"losses\":[%s]}\n",
                 opt.tenant.c_str(), spec.head.kind.c_str(), steps, first_loss, last_loss, err, base, base / err,
-                bad_batches, static_cast<unsigned long long>(version), resume.c_str(), losses.c_str());
+                bad_batches, refused_json.c_str(), static_cast<unsigned long long>(version), resume.c_str(), losses.c_str());
   } catch (const nexus::Error& e) {
     std::fprintf(stderr, "sft_tenant %s: %s\n", opt.tenant.c_str(), e.what());
     std::printf("{\"tenant\":\"%s\",\"error\":\"%s\"}\n", opt.tenant.c_str(), nexus::error_code_name(e.code()));

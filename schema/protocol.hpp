@@ -5,8 +5,8 @@
 
 namespace nexus::schema {
 
-inline constexpr std::uint32_t kProtocolVersion = 1;
-inline constexpr const char* kDaemonVersion = "0.1.0";
+inline constexpr std::uint32_t kProtocolVersion = 2;  // 2: jobs, accounting, metrics, cancel
+inline constexpr const char* kDaemonVersion = "0.2.0";
 
 // Control-socket frames are small (attach, status); anything bigger is hostile.
 inline constexpr std::uint32_t kMaxControlFrameBytes = 1u << 20;

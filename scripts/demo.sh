@@ -12,7 +12,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 "$here/scripts/setup.sh" release >/dev/null
 bin=$here/build/release
-weights=$here/build/weights/backbone-tiny.safetensors
+weights=$here/weights/backbone-tiny.safetensors  # committed: the embedded default
 sft_steps=${NEXUS_DEMO_SFT_STEPS:-2000}
 ppo_iterations=${NEXUS_DEMO_PPO_ITERATIONS:-100}
 run=$(mktemp -d /tmp/nexus-demo-XXXXXX)
@@ -100,5 +100,8 @@ s = json.load(sys.stdin)
 g, r = s["model_groups"], s["model_requests"]
 print(f"one by one, the {r} requests (rollout steps, SFT batches, evaluations) would have needed {r} backbone passes;"
       f" grouped they took {g} ({100 * (1 - g / r):.0f}% fewer, {r / g:.2f} requests per pass)")'
+echo "== the accounting: compute-seconds per tenant and each service's utilization (nexusctl usage)"
+"$bin/client/nexusctl" -s "$sock" usage
+echo "   (shared against each tenant alone, side by side: build/release/bench/nexus-bench workload)"
 kill "$daemon_pid"; wait "$daemon_pid" || true; daemon_pid=
 echo "== done in $(( $(date +%s) - started )) s: nexusd stopped cleanly"

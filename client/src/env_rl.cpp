@@ -155,4 +155,53 @@ RlStatus Client::rl_status(bool stop) {
   return s;
 }
 
+namespace {
+
+JobInfo job_of(const wire::JobInfo* j) {
+  auto str = [](const flatbuffers::String* s) { return s ? s->str() : std::string(); };
+  return {j->id(), str(j->tenant()), str(j->kind()), str(j->state()), str(j->error()), j->done(), j->total(),
+          j->loss(), j->success_rate(), j->mean_return(), j->version(), j->seconds()};
+}
+
+std::vector<JobInfo> jobs_of(const std::vector<std::uint8_t>& bytes) {
+  const auto* r = detail::reply_message(bytes, wire::Body::JobStatusReply)->body_as_JobStatusReply();
+  std::vector<JobInfo> out;
+  if (r->jobs())
+    for (const auto* j : *r->jobs()) out.push_back(job_of(j));
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t Client::job_start(const JobSpec& s) {
+  const auto id = state_->submit(wire::Body::JobStartRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    auto spec = wire::CreateJobSpec(fbb, fbb.CreateString(s.kind), fbb.CreateString(s.dataset), s.steps, s.batch,
+                                    s.chunk, fbb.CreateString(s.task), s.version, s.episodes, s.seed);
+    return wire::CreateJobStartRequest(fbb, spec).Union();
+  });
+  const auto bytes = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
+  return detail::reply_message(bytes, wire::Body::JobStartReply)->body_as_JobStartReply()->job();
+}
+
+namespace {
+std::vector<JobInfo> job_request(detail::ClientState& state, std::uint64_t job, bool cancel) {
+  const auto id = state.submit(wire::Body::JobStatusRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateJobStatusRequest(fbb, job, cancel).Union();
+  });
+  return jobs_of(state.wait_reply(id, std::chrono::steady_clock::now() + state.options.timeout));
+}
+}  // namespace
+
+JobInfo Client::job(std::uint64_t id) {
+  auto j = job_request(*state_, id, false);
+  if (j.size() != 1) throw Error(ErrorCode::BadMessage, "a job status reply without its job");
+  return j.front();
+}
+std::vector<JobInfo> Client::jobs() { return job_request(*state_, 0, false); }
+JobInfo Client::job_cancel(std::uint64_t id) {
+  auto j = job_request(*state_, id, true);
+  if (j.size() != 1) throw Error(ErrorCode::BadMessage, "a job status reply without its job");
+  return j.front();
+}
+
 }  // namespace nexus

@@ -1,3 +1,5 @@
+// Control-socket queries (any local user may ask; cancel is checked against the caller's uid):
+// status with accounting and jobs, the Prometheus exposition, job cancellation.
 #include "nexus/status.hpp"
 
 #include <unistd.h>
@@ -8,50 +10,103 @@
 #include "schema/control_frame.hpp"
 
 namespace nexus {
+namespace {
 
-DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseconds timeout) {
+std::string str(const flatbuffers::String* s) { return s ? s->str() : std::string(); }
+
+// Sends one control request and returns the verified reply of type `expected`; `frame` holds
+// the bytes the result points into.
+const wire::ControlMessage* control_call(const std::string& socket_path, std::chrono::milliseconds timeout,
+                                         flatbuffers::FlatBufferBuilder& fbb, wire::ControlBody type,
+                                         flatbuffers::Offset<void> body, wire::ControlBody expected,
+                                         std::vector<std::uint8_t>& frame) {
   const int fd = detail::connect_control_socket(socket_path);
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
-  flatbuffers::FlatBufferBuilder fbb;
-  auto req = wire::CreateStatusRequest(fbb, schema::kProtocolVersion);
-  fbb.Finish(wire::CreateControlMessage(fbb, wire::ControlBody::StatusRequest, req.Union()));
+  fbb.Finish(wire::CreateControlMessage(fbb, type, body));
   if (!schema::send_frame(fd, {fbb.GetBufferPointer(), fbb.GetSize()}))
     throw Error(ErrorCode::DaemonGone, "daemon closed the socket");
-  std::vector<std::uint8_t> frame;
   std::vector<int> fds;
   const auto st = schema::recv_frame(fd, timeout, frame, fds);
   for (int f : fds) ::close(f);
-  if (st == schema::RecvStatus::TimedOut) throw Error(ErrorCode::Timeout, "no status reply");
+  if (st == schema::RecvStatus::TimedOut) throw Error(ErrorCode::Timeout, "no reply on the control socket");
   if (st != schema::RecvStatus::Ok) throw Error(ErrorCode::DaemonGone, "daemon closed the socket");
   flatbuffers::Verifier v(frame.data(), frame.size());
-  if (!v.VerifyBuffer<wire::ControlMessage>(nullptr))
-    throw Error(ErrorCode::BadMessage, "status reply failed verification");
+  if (!v.VerifyBuffer<wire::ControlMessage>(nullptr)) throw Error(ErrorCode::BadMessage, "reply failed verification");
   const auto* msg = flatbuffers::GetRoot<wire::ControlMessage>(frame.data());
-  if (msg->body() == nullptr) throw Error(ErrorCode::BadMessage, "status reply without a body");
-  if (msg->body_type() == wire::ControlBody::Error) throw detail::error_from_wire(msg->body_as_Error(), "status");
-  if (msg->body_type() != wire::ControlBody::StatusReply)
-    throw Error(ErrorCode::WrongMessageType, "expected a StatusReply");
+  if (msg->body() == nullptr) throw Error(ErrorCode::BadMessage, "reply without a body");
+  if (msg->body_type() == wire::ControlBody::Error) throw detail::error_from_wire(msg->body_as_Error(), "control");
+  if (msg->body_type() != expected)
+    throw Error(ErrorCode::WrongMessageType, std::string("expected a ") + wire::EnumNameControlBody(expected));
+  return msg;
+}
+
+}  // namespace
+
+DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseconds timeout, double usage_since_s) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<std::uint8_t> frame;
+  const auto* msg = control_call(socket_path, timeout, fbb, wire::ControlBody::StatusRequest,
+                                 wire::CreateStatusRequest(fbb, schema::kProtocolVersion, usage_since_s).Union(),
+                                 wire::ControlBody::StatusReply, frame);
   const auto* r = msg->body_as_StatusReply();
   DaemonStatus s;
-  s.daemon_version = r->daemon_version() ? r->daemon_version()->str() : "";
+  s.daemon_version = str(r->daemon_version());
   s.protocol_version = r->protocol_version();
   s.pid = r->pid();
   s.uptime_s = r->uptime_s();
   s.message_bytes_copied = r->message_bytes_copied();
   s.tensor_bytes_copied = r->tensor_bytes_copied();
-  s.backbone = r->backbone() ? r->backbone()->str() : "";
+  s.backbone = str(r->backbone());
   s.model_groups = r->model_groups();
   s.model_requests = r->model_requests();
   s.model_samples = r->model_samples();
   if (r->tenants())
     for (const auto* t : *r->tenants())
-      s.tenants.push_back(TenantStatus{t->name() ? t->name()->str() : "", t->uid(), t->pid(),
-                                       t->session_id(), t->segment_bytes(), t->requests(),
-                                       t->errors(), t->attached_s()});
+      s.tenants.push_back(TenantStatus{str(t->name()), t->uid(), t->pid(), t->session_id(), t->segment_bytes(),
+                                       t->requests(), t->errors(), t->attached_s()});
+  if (r->usage())
+    for (const auto* u : *r->usage())
+      s.usage.push_back(TenantUsage{str(u->name()), u->train_s(), u->infer_s(), u->samples(), u->steps(),
+                                    u->predictions(), u->env_steps(), u->train_wait_p50_us(), u->train_wait_p99_us(),
+                                    u->infer_wait_p50_us(), u->infer_wait_p99_us(), u->weight(), u->attached()});
+  s.usage_wall_s = r->usage_wall_s();
+  s.training_busy_s = r->training_busy_s();
+  s.inference_busy_s = r->inference_busy_s();
+  s.environment_busy_s = r->environment_busy_s();
+  if (r->jobs())
+    for (const auto* j : *r->jobs())
+      s.jobs.push_back(JobInfo{j->id(), str(j->tenant()), str(j->kind()), str(j->state()), str(j->error()), j->done(),
+                               j->total(), j->loss(), j->success_rate(), j->mean_return(), j->version(), j->seconds()});
+  s.inference_queued = r->inference_queued();
+  s.training_queued = r->training_queued();
+  s.slots_resident = r->slots_resident();
+  s.slots_evicted = r->slots_evicted();
+  s.env_sessions = r->env_sessions();
+  s.dataset_bytes = r->dataset_bytes();
+  s.rerun_groups = r->rerun_groups();
+  s.longest_training_turn_s = r->longest_training_turn_s();
   return s;
+}
+
+std::string query_metrics(const std::string& socket_path, std::chrono::milliseconds timeout) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<std::uint8_t> frame;
+  const auto* msg = control_call(socket_path, timeout, fbb, wire::ControlBody::MetricsRequest,
+                                 wire::CreateMetricsRequest(fbb, schema::kProtocolVersion).Union(),
+                                 wire::ControlBody::MetricsReply, frame);
+  return str(msg->body_as_MetricsReply()->text());
+}
+
+std::string cancel_job(const std::string& socket_path, std::uint64_t job, std::chrono::milliseconds timeout) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<std::uint8_t> frame;
+  const auto* msg = control_call(socket_path, timeout, fbb, wire::ControlBody::CancelJobRequest,
+                                 wire::CreateCancelJobRequest(fbb, schema::kProtocolVersion, job).Union(),
+                                 wire::ControlBody::CancelJobReply, frame);
+  return str(msg->body_as_CancelJobReply()->state());
 }
 
 }  // namespace nexus

@@ -1,6 +1,7 @@
 // Client side of the model requests (nexus/tenant.hpp).
 #include "client_state.hpp"
 #include "nexus/client.hpp"
+#include "schema/tokenizer.hpp"
 
 namespace nexus {
 namespace {
@@ -28,11 +29,7 @@ void tokenize(std::string_view text, const Tensor& tokens, const Tensor& token_m
   const std::int64_t t = tokens.shape()[1];
   auto tok = tokens.as<std::int32_t>().subspan(static_cast<std::size_t>(row * t), static_cast<std::size_t>(t));
   auto mask = token_mask.as<std::uint8_t>().subspan(static_cast<std::size_t>(row * t), static_cast<std::size_t>(t));
-  for (std::int64_t i = 0; i < t; ++i) {
-    const bool real = i < static_cast<std::int64_t>(text.size());
-    tok[i] = real ? static_cast<unsigned char>(text[static_cast<std::size_t>(i)]) : 0;
-    mask[i] = real ? 1 : 0;
-  }
+  schema::tokenize_bytes(text, tok.data(), mask.data(), t);
 }
 
 BackboneInfo Client::register_tenant(const TenantSpec& spec) {

@@ -1,9 +1,71 @@
 #include "daemon/config/config.hpp"
 
+#include <filesystem>
+#include <sstream>
 #include <stdexcept>
 #include <toml++/toml.h>
 
 namespace nexus::daemon {
+
+std::string resolve_weights(const DaemonConfig& c) {
+  if (c.weights == "seeded") return "";
+  if (!c.weights.empty() || c.backbone != "tiny") return c.weights;
+  // NEXUS_EMBEDDED_WEIGHTS_DIRS: the installed data directory, then the source tree's weights/
+  // (a build run from its tree finds the committed file without being told).
+  std::istringstream dirs(NEXUS_EMBEDDED_WEIGHTS_DIRS);
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    const auto path = std::filesystem::path(dir) / "backbone-tiny.safetensors";
+    if (std::filesystem::exists(path)) return path.string();
+  }
+  return "";
+}
+
+namespace {
+
+// Typed readers that name the key on bad input: a value of the wrong type is an error, not a
+// silently kept default.
+class Reader {
+ public:
+  Reader(const std::string& path, const toml::table& t) : path_(path), t_(t) {}
+  template <class T>
+  bool get(const char* section, const char* key, T& out) {
+    const auto node = t_[section][key];
+    if (!node) return false;
+    const auto v = node.template value<T>();
+    if (!v) fail(section, key, "has the wrong type");
+    out = *v;
+    return true;
+  }
+  std::int64_t positive(const char* section, const char* key, std::int64_t fallback) {
+    std::int64_t v = fallback;
+    if (get(section, key, v) && v <= 0) fail(section, key, "must be > 0");
+    return v;
+  }
+  std::int64_t non_negative(const char* section, const char* key, std::int64_t fallback) {
+    std::int64_t v = fallback;
+    if (get(section, key, v) && v < 0) fail(section, key, "must be >= 0");
+    return v;
+  }
+  double positive_real(const char* section, const char* key, double fallback) {
+    double v = fallback;
+    const auto node = t_[section][key];
+    if (!node) return v;
+    if (auto i = node.value<std::int64_t>(); i && node.is_integer()) v = static_cast<double>(*i);
+    else if (auto d = node.value<double>()) v = *d;
+    else fail(section, key, "must be a number");
+    if (!(v > 0)) fail(section, key, "must be > 0");
+    return v;
+  }
+  [[noreturn]] void fail(const std::string& section, const std::string& key, const char* why) const {
+    throw std::runtime_error("config " + path_ + ": " + section + "." + key + " " + why);
+  }
+
+ private:
+  const std::string& path_;
+  const toml::table& t_;
+};
+
+}  // namespace
 
 DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   toml::table t;
@@ -12,36 +74,61 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   } catch (const toml::parse_error& e) {
     throw std::runtime_error("config " + path + ": " + std::string(e.description()));
   }
-  const auto d = t["daemon"];
-  auto positive = [&](const char* key, std::int64_t v) {
-    if (v <= 0) throw std::runtime_error("config " + path + ": daemon." + key + " must be > 0");
-    return v;
-  };
-  if (auto v = d["socket"].value<std::string>()) c.socket_path = *v;
-  if (auto v = d["max_tenants"].value<std::int64_t>())
-    c.max_tenants = static_cast<std::uint32_t>(positive("max_tenants", *v));
-  if (auto v = d["max_segment_mib"].value<std::int64_t>())
-    c.max_segment_bytes = static_cast<std::uint64_t>(positive("max_segment_mib", *v)) << 20;
-  if (auto v = d["spin_us"].value<std::int64_t>()) {
-    if (*v < 0) throw std::runtime_error("config " + path + ": daemon.spin_us must be >= 0");
-    c.spin = std::chrono::microseconds(*v);
-  }
-  if (auto v = d["log_level"].value<std::string>()) c.log_level = *v;
-  const auto m = t["model"];
-  if (auto v = m["backbone"].value<std::string>()) c.backbone = *v;
-  if (auto v = m["weights"].value<std::string>()) c.weights = *v;
-  if (auto v = m["state_dir"].value<std::string>()) c.state_dir = *v;
-  if (auto v = m["batch_samples"].value<std::int64_t>())
-    c.batch_samples = static_cast<std::uint32_t>(positive("batch_samples", *v));
-  if (auto v = m["batch_wait_us"].value<std::int64_t>()) {
-    if (*v < 0) throw std::runtime_error("config " + path + ": model.batch_wait_us must be >= 0");
-    c.batch_wait = std::chrono::microseconds(*v);
-  }
-  if (const auto n = m["deterministic"]) {
+  Reader r(path, t);
+  using std::chrono::microseconds, std::chrono::milliseconds, std::chrono::seconds;
+  r.get("daemon", "socket", c.socket_path);
+  c.max_tenants = static_cast<std::uint32_t>(r.positive("daemon", "max_tenants", c.max_tenants));
+  c.max_tenants_per_uid = static_cast<std::uint32_t>(r.positive("daemon", "max_tenants_per_uid", c.max_tenants_per_uid));
+  c.max_segment_bytes = static_cast<std::uint64_t>(r.positive("daemon", "max_segment_mib", c.max_segment_bytes >> 20)) << 20;
+  c.max_pending_connections =
+      static_cast<std::uint32_t>(r.positive("daemon", "max_pending_connections", c.max_pending_connections));
+  c.max_in_flight = static_cast<std::uint32_t>(r.positive("daemon", "max_in_flight", c.max_in_flight));
+  c.request_bytes_per_tenant =
+      static_cast<std::uint64_t>(r.positive("daemon", "request_mib_per_tenant", c.request_bytes_per_tenant >> 20)) << 20;
+  c.spin = microseconds(r.non_negative("daemon", "spin_us", c.spin.count()));
+  r.get("daemon", "log_level", c.log_level);
+
+  r.get("model", "backbone", c.backbone);
+  r.get("model", "weights", c.weights);
+  r.get("model", "state_dir", c.state_dir);
+  c.batch_samples = static_cast<std::uint32_t>(r.positive("model", "batch_samples", c.batch_samples));
+  c.batch_wait = microseconds(r.non_negative("model", "batch_wait_us", c.batch_wait.count()));
+  if (const auto n = t["model"]["deterministic"]) {
     const auto v = n.value<bool>();
-    if (!v || !n.is_boolean()) throw std::runtime_error("config " + path + ": model.deterministic must be true or false");
+    if (!v || !n.is_boolean()) r.fail("model", "deterministic", "must be true or false");
     c.deterministic = *v;
   }
+  c.group_window_ms = r.positive_real("model", "group_window_ms", c.group_window_ms);
+  c.max_request_gflop = r.positive_real("model", "max_request_gflop", c.max_request_gflop);
+  c.versions_kept = static_cast<std::uint32_t>(r.positive("model", "versions_kept", c.versions_kept));
+  c.idle_evict = seconds(r.positive("model", "idle_evict_s", c.idle_evict.count()));
+  if (const auto* tenants = t["tenants"].as_table()) {
+    for (const auto& [name, value] : *tenants) {
+      const auto* tt = value.as_table();
+      if (!tt) r.fail("tenants", std::string(name.str()), "must be a table (weight, priority)");
+      TenantWeight w;
+      const std::string section = "tenants." + std::string(name.str());
+      if (const auto n = (*tt)["weight"]) {
+        const auto d = n.value<double>();
+        if (!d || !(*d > 0)) r.fail(section, "weight", "must be a number > 0");
+        w.weight = *d;
+      }
+      if (const auto n = (*tt)["priority"]) {
+        const auto i = n.value<std::int64_t>();
+        if (!i || !n.is_integer()) r.fail(section, "priority", "must be an integer");
+        w.priority = static_cast<int>(*i);
+      }
+      c.tenants[std::string(name.str())] = w;
+    }
+  }
+
+  c.env_workers = static_cast<std::uint32_t>(r.non_negative("env", "workers", c.env_workers));
+  c.external_open_timeout = milliseconds(r.positive("env", "external_open_timeout_ms", c.external_open_timeout.count()));
+  c.external_step_timeout = milliseconds(r.positive("env", "external_step_timeout_ms", c.external_step_timeout.count()));
+  c.datasets_per_tenant = static_cast<std::uint32_t>(r.positive("env", "datasets_per_tenant", c.datasets_per_tenant));
+  c.dataset_bytes_per_tenant =
+      static_cast<std::uint64_t>(r.positive("env", "dataset_mib_per_tenant", c.dataset_bytes_per_tenant >> 20)) << 20;
+  c.dataset_bytes_total = static_cast<std::uint64_t>(r.positive("env", "dataset_mib_total", c.dataset_bytes_total >> 20)) << 20;
   if (const auto* ext = t["env"]["external"].as_table()) {
     for (const auto& [name, value] : *ext) {
       const auto p = value.value<std::string>();
@@ -51,6 +138,12 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
       c.external_envs[std::string(name.str())] = *p;
     }
   }
+
+  c.jobs_running_per_tenant = static_cast<std::uint32_t>(r.positive("jobs", "max_running_per_tenant", c.jobs_running_per_tenant));
+  c.jobs_running = static_cast<std::uint32_t>(r.positive("jobs", "max_running", c.jobs_running));
+
+  r.get("metrics", "textfile", c.metrics_textfile);
+  c.metrics_interval = seconds(r.positive("metrics", "interval_s", c.metrics_interval.count()));
   return c;
 }
 

@@ -1,5 +1,5 @@
 // nexusd configuration: a TOML file (systemd/nexusd.toml documents every key) overridden by
-// command-line flags.
+// command-line flags. Every bound has a default here and a typed error when it is reached.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -10,25 +10,61 @@
 
 namespace nexus::daemon {
 
+struct TenantWeight {  // [tenants.NAME]
+  double weight = 1;   // fair share of training compute
+  int priority = 0;    // higher classes are served first
+};
+
 struct DaemonConfig {
+  // [daemon]
   std::string socket_path = schema::kDefaultSocketPath;
   std::uint32_t socket_mode = 0666;          // access is decided per connection (SO_PEERCRED)
   std::uint32_t max_tenants = 64;
+  std::uint32_t max_tenants_per_uid = 16;    // tenants one Unix user may have attached at once
   std::uint64_t max_segment_bytes = 1ull << 30;  // per tenant: rings + both arenas
   std::uint32_t max_pending_connections = 256;   // accepted, not yet attached
+  std::uint32_t max_in_flight = 8;           // a tenant's requests handed to the services, unanswered
+  std::uint64_t request_bytes_per_tenant = 64ull << 20;  // what those hold in memory
   std::chrono::microseconds spin{100};       // reactor busy-polls this long after the last work
   std::string log_level = "info";
-  // Model service: "none" runs the transport alone.
+  // [model] ("none" runs the transport alone)
   std::string backbone = "tiny";
-  std::string weights;                          // safetensors of the backbone; empty: seeded init
+  // Safetensors of the backbone. Empty: the embedded default (tiny: the pretrained weights
+  // committed in weights/, installed under <datadir>/nexus/weights); "seeded": the seeded,
+  // untrained initialisation. See resolve_weights().
+  std::string weights;
   std::string state_dir = "/var/lib/nexus";     // checkpoints
   std::uint32_t batch_samples = 64;             // B: a group flushes at this many samples
   std::chrono::microseconds batch_wait{2000};   // T: ... or when its oldest request waited this long
   bool deterministic = false;                   // bitwise results whatever the group (no grouping)
+  double group_window_ms = 20;                  // training: who joins the fair-share leader's group
+  double max_request_gflop = 2000;              // per-request cost budget
+  std::uint32_t versions_kept = 8;              // published versions kept per tenant (+ pinned)
+  std::chrono::seconds idle_evict{600};         // a detached tenant's slot: checkpointed and freed after
+  std::map<std::string, TenantWeight> tenants;  // [tenants.NAME] weight, priority
+  // [env]
+  std::uint32_t env_workers = 1;
+  std::chrono::milliseconds external_open_timeout{10000};
+  std::chrono::milliseconds external_step_timeout{10000};
+  std::uint32_t datasets_per_tenant = 8;
+  std::uint64_t dataset_bytes_per_tenant = 2ull << 30;
+  std::uint64_t dataset_bytes_total = 8ull << 30;
   // External environments: name -> the Unix socket its simulator process listens on. Tenants
   // open its tasks as "<name>:<task>".
   std::map<std::string, std::string> external_envs;
+  // [jobs]
+  std::uint32_t jobs_running_per_tenant = 2;
+  std::uint32_t jobs_running = 16;
+  // [metrics]
+  std::string metrics_textfile;                  // empty: none written
+  std::chrono::seconds metrics_interval{15};
+  std::string timeline_path;                     // busy intervals as CSV at exit (nexus-bench workload)
 };
+
+// The weights file the model service loads for `c`: c.weights if it names a file, "" for the
+// seeded initialisation ("seeded", or no embedded weights for this backbone), else the embedded
+// default's path (the first of the compiled-in weights directories that holds it).
+std::string resolve_weights(const DaemonConfig& c);
 
 // Loads `path` over the defaults; throws std::runtime_error with the file and key on bad input.
 DaemonConfig load_config_file(const std::string& path, DaemonConfig base = {});

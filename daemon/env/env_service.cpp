@@ -16,8 +16,10 @@ struct EnvService::Session {
   std::string failure;      // GUARDED_BY(mu): non-empty once the session failed
 };
 
-EnvService::EnvService(EnvLimits limits, SessionFactory factory)
-    : limits_(limits), factory_(factory ? std::move(factory) : SessionFactory(make_builtin_session)),
+EnvService::EnvService(EnvLimits limits, SessionFactory factory, metrics::Accounting* accounting)
+    : limits_(limits),
+      factory_(factory ? std::move(factory) : SessionFactory(make_builtin_session)),
+      accounting_(accounting),
       pool_(std::max(0, limits.workers)) {}
 
 EnvService::~EnvService() = default;
@@ -116,6 +118,8 @@ std::vector<SessionResult> EnvService::run(const std::string& tenant, std::span<
   SessionSpec spec;
   auto sessions = lookup(tenant, ids, &spec);
   const bool resetting = !seeds.empty();
+  metrics::BusyScope busy(accounting_, metrics::Service::Environment, tenant);
+  if (accounting_ && !resetting) accounting_->env_steps(tenant, ids.size());
   const auto adim = static_cast<std::size_t>(spec.action_dim);
   if (!resetting && actions.size() != ids.size() * adim)
     throw EnvError(EnvError::Kind::BadRequest, "actions must be [" + std::to_string(ids.size()) + ", " +

@@ -24,6 +24,7 @@
 
 #include "daemon/env/env_session.hpp"
 #include "daemon/env/worker_pool.hpp"
+#include "daemon/metrics/accounting.hpp"
 
 namespace nexus::env {
 
@@ -58,7 +59,8 @@ using SessionFactory = std::function<std::unique_ptr<EnvSession>(const std::stri
 
 class EnvService {
  public:
-  explicit EnvService(EnvLimits limits = {}, SessionFactory factory = {});
+  // accounting (optional): environment steps per tenant and the service's busy time.
+  explicit EnvService(EnvLimits limits = {}, SessionFactory factory = {}, metrics::Accounting* accounting = nullptr);
   ~EnvService();
 
   struct Opened {
@@ -95,6 +97,7 @@ class EnvService {
 
   const EnvLimits limits_;
   SessionFactory factory_;
+  metrics::Accounting* const accounting_;
   WorkerPool pool_;
   mutable std::mutex mu_;
   std::map<std::uint64_t, std::shared_ptr<Session>> sessions_;  // GUARDED_BY(mu_)

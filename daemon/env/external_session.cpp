@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "daemon/env/builtin_session.hpp"
 #include "schema/ext_frame.hpp"
@@ -31,13 +32,13 @@ int connect_to(const std::string& path) {
 class ExternalSession final : public EnvSession {
  public:
   ExternalSession(std::string path, const std::string& task, int image_size, int max_steps,
-                  std::chrono::milliseconds timeout)
-      : path_(std::move(path)), timeout_(timeout), fd_(connect_to(path_)) {
+                  const ExternalTimeouts& timeouts)
+      : path_(std::move(path)), timeout_(timeouts.step), fd_(connect_to(path_)) {
     flatbuffers::FlatBufferBuilder fbb(128);
     if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtOpen,
                           wire::CreateExtOpen(fbb, fbb.CreateString(task), image_size, max_steps).Union()))
       gone("the connection closed");
-    const auto* m = receive();
+    const auto* m = receive(timeouts.open);
     if (m->body_type() != wire::ExtBody::ExtSpec) gone("it answered ExtOpen with something other than ExtSpec");
     const auto* s = m->body_as_ExtSpec();
     if (s->error() && s->error()->size() > 0) throw BadInput(s->error()->str());
@@ -77,9 +78,9 @@ class ExternalSession final : public EnvSession {
   [[noreturn]] void gone(const std::string& why) const {
     throw std::runtime_error("external environment at " + path_ + ": " + why);
   }
-  const wire::ExtMessage* receive() {
+  const wire::ExtMessage* receive(std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
     std::string why;
-    const auto* m = schema::recv_ext(fd_, timeout_, buffer_, why);
+    const auto* m = schema::recv_ext(fd_, timeout.value_or(timeout_), buffer_, why);
     if (!m) gone(why);
     return m;
   }
@@ -116,11 +117,11 @@ class ExternalSession final : public EnvSession {
 }  // namespace
 
 std::unique_ptr<EnvSession> open_external(const std::string& socket_path, const std::string& task, int image_size,
-                                          int max_steps, std::chrono::milliseconds timeout) {
+                                          int max_steps, const ExternalTimeouts& timeout) {
   return std::make_unique<ExternalSession>(socket_path, task, image_size, max_steps, timeout);
 }
 
-SessionFactory session_factory(std::map<std::string, std::string> external, std::chrono::milliseconds timeout) {
+SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeout) {
   return [external = std::move(external), timeout](const std::string& task, int image_size, int max_steps) {
     const auto colon = task.find(':');
     if (colon == std::string::npos) return make_builtin_session(task, image_size, max_steps);

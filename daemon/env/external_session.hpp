@@ -11,12 +11,20 @@
 
 namespace nexus::env {
 
+// How long nexusd waits for a simulator process ([env] external_open_timeout_ms and
+// external_step_timeout_ms): to answer an open, and then each reset or step. A session whose
+// process misses the deadline fails (its tenant's other sessions and other tenants go on).
+struct ExternalTimeouts {
+  std::chrono::milliseconds open{10000};
+  std::chrono::milliseconds step{10000};
+};
+
 // Connects and opens `task`; throws BadInput if the process refuses the task, std::runtime_error
 // if it cannot be reached.
 std::unique_ptr<EnvSession> open_external(const std::string& socket_path, const std::string& task, int image_size,
-                                          int max_steps, std::chrono::milliseconds timeout);
+                                          int max_steps, const ExternalTimeouts& timeouts);
 
 // Sessions for "<name>:<task>" from the named external environments, built-in tasks otherwise.
-SessionFactory session_factory(std::map<std::string, std::string> external, std::chrono::milliseconds timeout);
+SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeouts);
 
 }  // namespace nexus::env

@@ -1,5 +1,7 @@
 #include "daemon/env/worker_pool.hpp"
 
+#include <algorithm>
+
 namespace nexus::env {
 
 struct WorkerPool::Batch {
@@ -14,7 +16,7 @@ WorkerPool::WorkerPool(int threads) {
       for (;;) {
         work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
         if (stop_) return;
-        run_one(lk);
+        run_one(lk, nullptr);
       }
     });
 }
@@ -28,10 +30,12 @@ WorkerPool::~WorkerPool() {
   for (auto& t : threads_) t.join();
 }
 
-bool WorkerPool::run_one(std::unique_lock<std::mutex>& lk) {
-  if (queue_.empty()) return false;
-  auto [batch, index] = queue_.front();
-  queue_.pop_front();
+bool WorkerPool::run_one(std::unique_lock<std::mutex>& lk, const Batch* only) {
+  auto it = queue_.begin();
+  if (only) it = std::find_if(queue_.begin(), queue_.end(), [&](const auto& part) { return part.first == only; });
+  if (it == queue_.end()) return false;
+  auto [batch, index] = *it;
+  queue_.erase(it);
   lk.unlock();
   (*batch->fn)(index);
   lk.lock();
@@ -45,9 +49,13 @@ void WorkerPool::parallel_for(std::size_t n, const std::function<void(std::size_
   std::unique_lock lk(mu_);
   for (std::size_t i = 0; i < n; ++i) queue_.emplace_back(&batch, i);
   work_cv_.notify_all();
+  auto own_queued = [&] {
+    return std::any_of(queue_.begin(), queue_.end(), [&](const auto& part) { return part.first == &batch; });
+  };
   while (batch.remaining > 0) {
-    // Help with whatever is queued (ours or another caller's), then wait for parts in flight.
-    if (!run_one(lk)) done_cv_.wait(lk, [&] { return batch.remaining == 0 || !queue_.empty(); });
+    // Run our own queued parts, never another caller's: one tenant's hung simulator call must
+    // not end up on (and stall) another tenant's thread. Then wait for our parts in flight.
+    if (!run_one(lk, &batch)) done_cv_.wait(lk, [&] { return batch.remaining == 0 || own_queued(); });
   }
 }
 

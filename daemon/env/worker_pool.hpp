@@ -1,6 +1,8 @@
 // A fixed pool of threads that runs the parts of a parallel_for. The calling thread works too
-// (it takes parts from the same queue until its own are done), so parallel_for may be called from
+// (it takes its own parts from the queue until they are done), so parallel_for may be called from
 // any thread, including concurrently from several, without deadlock and without idle callers.
+// A caller never runs another caller's part: a part that hangs (an external simulator past its
+// timeout) holds up a pool thread and its own caller, never an unrelated one.
 //
 // Written by hand rather than taken from a library: Boost.Asio's thread_pool has no
 // caller-participates wait, and TBB is not among the project's dependencies for this one loop.
@@ -29,7 +31,8 @@ class WorkerPool {
 
  private:
   struct Batch;
-  bool run_one(std::unique_lock<std::mutex>& lk);  // runs a queued part; false if none
+  // Runs a queued part (of `only` if set, else any); false if there is none.
+  bool run_one(std::unique_lock<std::mutex>& lk, const Batch* only);
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::pair<Batch*, std::size_t>> queue_;  // GUARDED_BY(mu_)

@@ -10,7 +10,7 @@
 #include <stdexcept>
 
 #include "daemon/log/log.hpp"
-#include "daemon/ipc/model_port.hpp"
+#include "daemon/ipc/service_port.hpp"
 #include "schema/doorbell.hpp"
 
 namespace nexus::daemon {
@@ -28,8 +28,8 @@ inline void cpu_relax() {
 
 }  // namespace
 
-Reactor::Reactor(DaemonConfig config, int listen_fd, ModelPort* model)
-    : config_(std::move(config)), listen_fd_(listen_fd), model_(model) {
+Reactor::Reactor(DaemonConfig config, int listen_fd, ServicePort* services)
+    : config_(std::move(config)), listen_fd_(listen_fd), services_(services) {
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
   stop_fd_ = schema::make_doorbell();
@@ -140,6 +140,7 @@ bool Reactor::handle_events(int timeout_ms) {
       }
     }
   }
+  if (!config_.metrics_textfile.empty() && std::chrono::steady_clock::now() >= next_textfile_) write_metrics_textfile();
   if (sd_watchdog_enabled(0, nullptr) > 0) {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_watchdog_ > std::chrono::seconds(1)) {
@@ -213,7 +214,7 @@ void Reactor::detach(std::uint64_t id, const char* why) {
   NEXUS_LOG(info, "detach", "tenant={} uid={} pid={} session={} served={} errors={} reason=\"{}\"",
             s.name, s.peer.uid, s.peer.pid, s.session_id, s.served, s.errors, why);
   registry_.release(s.name);
-  if (model_) model_->tenant_detached(s.name);
+  if (services_) services_->tenant_detached(s.name);
   session_ids_.erase(s.session_id);
   sessions_.erase(it);  // unmaps the segment, closes socket and doorbells
 }

@@ -24,7 +24,7 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/ipc/decode/reply_builder.hpp"
-#include "daemon/ipc/model_port.hpp"
+#include "daemon/ipc/service_port.hpp"
 #include "daemon/ipc/tenant_session.hpp"
 #include "daemon/master/tenant_registry.hpp"
 #include "nexus/wire/nexus_generated.h"
@@ -35,14 +35,13 @@ namespace nexus::daemon {
 class Reactor {
  public:
   static constexpr int kMaxPerRound = 32;
-  // Model requests one tenant may have queued at the model service: bounds its share of the
-  // queue and the daemon's memory, whatever it floods its ring with.
-  static constexpr std::uint32_t kMaxModelInFlight = 8;
 
-  // `model` may be null (no model service: model requests get an Internal error).
-  Reactor(DaemonConfig config, int listen_fd, ModelPort* model = nullptr);
+  // `services` may be null (no model service: service requests get an Internal error). A
+  // tenant may have config.max_in_flight requests handed to them and unanswered: that bounds
+  // its share of their queues and of the daemon's memory, whatever it floods its ring with.
+  Reactor(DaemonConfig config, int listen_fd, ServicePort* services = nullptr);
 
-  // Thread-safe: a reply produced off the reactor thread (the model service's executor).
+  // Thread-safe: a reply produced off the reactor thread (the services' threads).
   void post_completion(std::uint64_t session_id, std::vector<std::uint8_t> reply);
   ~Reactor();
   Reactor(const Reactor&) = delete;
@@ -70,10 +69,14 @@ class Reactor {
   void detach(std::uint64_t id, const char* why);
   void watch(int fd, Tag tag, std::uint64_t id, bool add);
 
-  // reactor_control.cpp: attach and status on the control socket
+  // reactor_control.cpp: attach, status, metrics and cancel on the control socket
   bool handle_control_frame(std::uint64_t id, Connection& c, std::span<const std::uint8_t> frame);
   bool attach(std::uint64_t id, Connection& c, const wire::AttachRequest& req);
-  void send_status(Connection& c);
+  void send_status(Connection& c, double usage_since_s);
+  void send_metrics(Connection& c);
+  void cancel_job(Connection& c, std::uint64_t job);
+  std::string metrics_text() const;
+  void write_metrics_textfile();  // every config.metrics_interval, when configured
   void refuse(Connection& c, bool attach_reply, wire::ErrorCode code, const std::string& reason);
 
   // reactor_serve.cpp: the request rings
@@ -84,8 +87,8 @@ class Reactor {
   void flush_pending(TenantSession& s);
   // Reads what the tenant's socket holds, keeping the descriptors it carries; false at EOF.
   bool collect_offered_fds(TenantSession& s);
-  void submit_model_work(TenantSession& s, std::uint64_t request_id, wire::Body type,
-                         std::span<const std::uint8_t> message, int fd = -1);
+  void submit_service_request(TenantSession& s, std::uint64_t request_id, wire::Body type,
+                              std::span<const std::uint8_t> message, int fd = -1);
   void drain_completions();
 
   const DaemonConfig config_;
@@ -97,7 +100,7 @@ class Reactor {
   std::map<std::uint64_t, Connection> connections_;
   std::map<std::uint64_t, std::unique_ptr<TenantSession>> sessions_;
   std::map<std::uint64_t, std::uint64_t> session_ids_;  // session_id -> key in sessions_
-  ModelPort* const model_;
+  ServicePort* const services_;
   int completion_fd_ = -1;  // eventfd: the executor rings it after queueing a completion
   std::mutex completions_mu_;
   std::vector<std::pair<std::uint64_t, std::vector<std::uint8_t>>> completions_;  // GUARDED_BY(completions_mu_)
@@ -107,6 +110,7 @@ class Reactor {
   ReplyBuilder replies_;
   std::vector<std::uint8_t> scratch_;  // private copy of the message being decoded
   std::chrono::steady_clock::time_point last_watchdog_{};
+  std::chrono::steady_clock::time_point next_textfile_{};
   std::uint64_t message_bytes_copied_ = 0;
 };
 

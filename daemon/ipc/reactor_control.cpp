@@ -1,4 +1,5 @@
-// Control-socket requests: attach (creates the tenant's segment) and status.
+// Control-socket requests: attach (creates the tenant's segment); status, metrics and job
+// cancellation (reactor_status.cpp).
 #include <unistd.h>
 
 #include <flatbuffers/flatbuffers.h>
@@ -6,7 +7,7 @@
 #include "daemon/ipc/decode/request_decoder.hpp"
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
-#include "daemon/ipc/model_port.hpp"
+#include "daemon/ipc/service_port.hpp"
 #include "schema/doorbell.hpp"
 #include "schema/protocol.hpp"
 #include "schema/segment_layout.hpp"
@@ -40,9 +41,12 @@ bool Reactor::handle_control_frame(std::uint64_t id, Connection& c,
     return false;
   }
   const auto& req = std::get<ControlRequest>(decoded);
-  if (req.type == wire::ControlBody::AttachRequest)
-    return attach(id, c, *req.message->body_as_AttachRequest());
-  send_status(c);
+  switch (req.type) {
+    case wire::ControlBody::AttachRequest: return attach(id, c, *req.message->body_as_AttachRequest());
+    case wire::ControlBody::MetricsRequest: send_metrics(c); break;
+    case wire::ControlBody::CancelJobRequest: cancel_job(c, req.message->body_as_CancelJobRequest()->job()); break;
+    default: send_status(c, req.message->body_as_StatusRequest()->usage_since_s()); break;
+  }
   return true;
 }
 
@@ -72,6 +76,12 @@ bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest&
                       std::to_string(req.output_arena_bytes()) +
                       " bytes do not fit the per-tenant cap of " +
                       std::to_string(config_.max_segment_bytes) + " bytes");
+  std::uint32_t of_this_user = 0;
+  for (const auto& [sid, s] : sessions_) of_this_user += s->peer.uid == c.peer.uid;
+  if (of_this_user >= config_.max_tenants_per_uid)
+    return reject(wire::ErrorCode::QuotaExceeded, "Unix user " + std::to_string(c.peer.uid) + " has " +
+                                                      std::to_string(of_this_user) + " tenants attached, the most " +
+                                                      "one user may ([daemon] max_tenants_per_uid)");
   auto claim = registry_.claim(name, c.peer.uid);
   if (claim.code != wire::ErrorCode::None) return reject(claim.code, claim.reason);
 
@@ -111,28 +121,8 @@ bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest&
             name, peer.uid, peer.pid, claim.session_id, layout->total_bytes, ring);
   session_ids_[claim.session_id] = id;
   sessions_.emplace(id, std::move(session));
+  if (services_) services_->tenant_attached(name);
   return false;
-}
-
-void Reactor::send_status(Connection& c) {
-  flatbuffers::FlatBufferBuilder fbb;
-  const auto now = std::chrono::steady_clock::now();
-  std::vector<flatbuffers::Offset<wire::TenantInfo>> tenants;
-  for (const auto& [id, s] : sessions_) {
-    tenants.push_back(wire::CreateTenantInfo(
-        fbb, fbb.CreateString(s->name), s->peer.uid, s->peer.pid, s->session_id,
-        s->segment->layout().total_bytes, s->served, s->errors,
-        std::chrono::duration<double>(now - s->attached_at).count()));
-  }
-  ModelStats ms;
-  if (model_) ms = model_->stats();
-  auto reply = wire::CreateStatusReply(
-      fbb, fbb.CreateString(schema::kDaemonVersion), schema::kProtocolVersion, ::getpid(),
-      std::chrono::duration<double>(now - started_).count(), fbb.CreateVector(tenants),
-      message_bytes_copied_, ms.input_bytes_packed,  // transport requests copy no tensor data
-      fbb.CreateString(model_ ? model_->backbone_name() : ""), ms.groups, ms.grouped_requests, ms.samples);
-  fbb.Finish(wire::CreateControlMessage(fbb, wire::ControlBody::StatusReply, reply.Union()));
-  schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()});
 }
 
 }  // namespace nexus::daemon

@@ -7,7 +7,7 @@
 #include "daemon/ipc/decode/request_decoder.hpp"
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
-#include "daemon/ipc/model_port.hpp"
+#include "daemon/ipc/service_port.hpp"
 #include "schema/doorbell.hpp"
 
 namespace nexus::daemon {
@@ -36,7 +36,7 @@ bool Reactor::serve(TenantSession& s) {
     worked = true;
   }
   const std::uint64_t max_message = s.responses.max_message();
-  for (int i = 0; i < kMaxPerRound && s.pending.empty() && s.model_in_flight < kMaxModelInFlight; ++i) {
+  for (int i = 0; i < kMaxPerRound && s.pending.empty() && s.in_flight < config_.max_in_flight; ++i) {
     const auto status = s.requests.try_pop(scratch_, max_message);
     if (status == schema::PopStatus::Empty) break;
     worked = true;
@@ -113,7 +113,7 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
       s.offered_fds.pop_back();
       for (int stale : s.offered_fds) ::close(stale);
       s.offered_fds.clear();
-      submit_model_work(s, req.request_id, req.type, message, fd);
+      submit_service_request(s, req.request_id, req.type, message, fd);
       return;
     }
     case wire::Body::RegisterRequest:
@@ -130,7 +130,9 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
     case wire::Body::EnvCloseRequest:
     case wire::Body::RlStartRequest:
     case wire::Body::RlStatusRequest:
-      submit_model_work(s, req.request_id, req.type, message);
+    case wire::Body::JobStartRequest:
+    case wire::Body::JobStatusRequest:
+      submit_service_request(s, req.request_id, req.type, message);
       return;
     default:  // decode_request admits only the types above
       push_reply(s, replies_.error(req.request_id, wire::ErrorCode::Internal, "unhandled type"));
@@ -190,21 +192,22 @@ bool Reactor::collect_offered_fds(TenantSession& s) {
   }
 }
 
-void Reactor::submit_model_work(TenantSession& s, std::uint64_t request_id, wire::Body type,
-                                std::span<const std::uint8_t> message, int fd) {
+void Reactor::submit_service_request(TenantSession& s, std::uint64_t request_id, wire::Body type,
+                                     std::span<const std::uint8_t> message, int fd) {
   // The work owns the descriptor from here: closed when the work is done with it, or dropped.
   auto held = fd >= 0 ? std::shared_ptr<const int>(new int(fd), [](const int* p) {
     ::close(*p);
     delete p;
   })
                       : nullptr;
-  if (model_ == nullptr) {
+  if (services_ == nullptr) {
     push_reply(s, replies_.error(request_id, wire::ErrorCode::Internal, "this nexusd runs without a model service"));
     return;
   }
-  ModelWork w;
+  ServiceRequest w;
   w.session_id = s.session_id;
   w.tenant = s.name;
+  w.uid = s.peer.uid;
   w.request_id = request_id;
   w.type = type;
   w.message.assign(message.begin(), message.end());
@@ -212,8 +215,8 @@ void Reactor::submit_model_work(TenantSession& s, std::uint64_t request_id, wire
   w.alive = s.alive;
   w.arrival = sched::Clock::now();
   w.fd = std::move(held);
-  ++s.model_in_flight;
-  model_->submit(std::move(w));
+  ++s.in_flight;
+  services_->submit(std::move(w));
 }
 
 void Reactor::post_completion(std::uint64_t session_id, std::vector<std::uint8_t> reply) {
@@ -236,7 +239,7 @@ void Reactor::drain_completions() {
     auto key = session_ids_.find(session_id);
     if (key == session_ids_.end()) continue;  // the tenant left; its work was cancelled
     TenantSession& s = *sessions_.at(key->second);
-    if (s.model_in_flight > 0) --s.model_in_flight;
+    if (s.in_flight > 0) --s.in_flight;
     push_reply(s, reply);
     if (s.responses.consumer_sleeping()) schema::ring_doorbell(s.client_doorbell);
   }

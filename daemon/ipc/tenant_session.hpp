@@ -3,7 +3,7 @@
 // Thread safety: owned by the reactor thread.
 // Invariants: (1) `pending` is non-empty only while the response ring is full; while it is,
 // no further requests are popped (the tenant's own backpressure, not everyone's); likewise
-// while model_in_flight is at Reactor::kMaxModelInFlight;
+// while in_flight is at the configured max_in_flight;
 // (2) socket EOF destroys the session, which unmaps the segment and closes every fd it holds.
 #pragma once
 #include <sys/socket.h>
@@ -32,8 +32,8 @@ struct TenantSession {
   const ucred peer;
   const std::string name;
   const std::uint64_t session_id;
-  const std::shared_ptr<TenantSegment> segment;  // shared with in-flight model work
-  // Cleared when the session ends, so that queued model work for it is cancelled.
+  const std::shared_ptr<TenantSegment> segment;  // shared with in-flight service requests
+  // Cleared when the session ends, so that its queued service requests are cancelled.
   const std::shared_ptr<std::atomic<bool>> alive = std::make_shared<std::atomic<bool>>(true);
   const int daemon_doorbell;  // the tenant rings it; our epoll watches it
   const int client_doorbell;  // we ring it when the tenant sleeps on the response ring
@@ -49,7 +49,7 @@ struct TenantSession {
   std::deque<int> offered_fds;
 
   bool broken = false;  // the tenant corrupted a ring beyond resynchronisation
-  std::uint32_t model_in_flight = 0;  // model requests handed to the model service, unanswered
+  std::uint32_t in_flight = 0;  // requests handed to the services, unanswered
   std::uint64_t served = 0;
   std::uint64_t errors = 0;
 };

@@ -16,20 +16,9 @@
 #include <string>
 
 #include "daemon/model/backbone.hpp"
+#include "daemon/model/slot_spec.hpp"
 
 namespace nexus::model {
-
-struct HeadSpec {
-  std::string kind = "mlp_chunk";
-  std::int64_t state_dim = 0;
-  std::int64_t action_dim = 2;
-  std::int64_t chunk = 1;
-  std::int64_t hidden = 256;
-  std::int64_t flow_steps = 10;
-  // Std of the flow's source noise, in action units: match it to the actions' scale (as one
-  // would normalise actions), or the velocity target is mostly noise and learning is slow.
-  double flow_noise = 1.0;
-};
 
 class ActionHead : public torch::nn::Module {
  public:

@@ -1,57 +1,168 @@
 // The model service: one resident, frozen backbone for every tenant, the tenants' slots (head,
-// optimizer, versions), and the executor thread that group-batches their requests.
+// optimizer, published versions), and one executor thread that serves two queues in turns:
+//   Inference Queue  predict and RL acting: first at every turn, group-batched by T and B.
+//   Training Queue   SFT steps, RL update minibatches, slot operations: picked by weighted fair
+//                    share (sched/fair_share.hpp), SFT steps group-batched too.
+// A turn is one group pass (or one slot operation): inference never waits behind a queue of
+// training work, only behind the turn in progress.
 //
-// The reactor hands over model requests (register, sft_step, predict, publish) as ModelWork and
-// gets replies back through the Completion callback (called on the executor thread; it must
-// only queue). Inputs are read in place from the tenant's client arena: the work item holds the
-// segment's mapping alive, so a tenant that detaches mid-request cannot unmap it under us.
+// Typed requests in, typed results out: nothing here knows wire messages, sockets, simulators
+// or datasets (the Master translates). Inputs are read where the request's keepalive holds them
+// (a tenant's arena, or a buffer the daemon filled); every number the backbone or a head
+// consumes is checked on a private copy first.
 //
-// Thread safety: submit(), tenant_detached() and stats() from any thread; the slots and the
-// backbone are touched by the executor thread only.
-// This header is torch-free on purpose: the reactor's translation units never include LibTorch.
+// Thread safety: every member may be called from any thread. Slots and the backbone are touched
+// by the executor thread only. This header is torch-free on purpose: the master's and the
+// reactor's translation units never include LibTorch.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
-#include "daemon/ipc/model_port.hpp"
+#include "daemon/metrics/accounting.hpp"
 #include "daemon/model/backbone_config.hpp"
+#include "daemon/model/slot_spec.hpp"
 #include "daemon/sched/group_batcher.hpp"
 
-namespace nexus::daemon {
+namespace nexus::model {
+
+class PolicyPort;  // daemon/model/policy_port.hpp (LibTorch): what RL jobs use
+
+enum class DType : std::uint8_t { UInt8, Int32, Float32 };
+
+// A tensor in memory that the request's keepalive holds; bounds were checked by the caller
+// against that memory, dtype and shape are checked here against the tenant's slot.
+struct HostTensor {
+  const void* data = nullptr;
+  DType dtype = DType::Float32;
+  std::vector<std::int64_t> shape;
+  bool present() const { return data != nullptr; }
+};
+
+// images uint8 [n, views, H, W, 3], tokens int32 [n, T], mask uint8 [n, T], state float32
+// [n, state_dim] (absent when the head has no state).
+struct Observation {
+  HostTensor images, tokens, mask, state;
+};
+
+namespace op {
+struct Register {
+  std::int64_t views = 1;
+  HeadSpec head;
+  OptimizerConfig optimizer;
+  std::uint64_t seed = 0;
+};
+struct SftStep {
+  Observation obs;
+  HostTensor actions;  // float32 [n, chunk, action_dim]
+};
+struct Predict {
+  Observation obs;
+  std::uint64_t version = 0;  // 0: the live head
+};
+struct Publish {};
+struct Digest {};
+struct Backbone {};
+struct Save { std::string tag; };
+struct Load { std::string tag; };
+}  // namespace op
+using Op = std::variant<op::Register, op::SftStep, op::Predict, op::Publish, op::Digest, op::Backbone, op::Save, op::Load>;
+
+enum class Fault { NotRegistered, BadRequest, BadBatch, UnknownVersion, OverBudget, NoCheckpoint, Internal };
+struct Failure {
+  Fault fault;
+  std::string reason;
+};
+struct BackboneInfo {
+  std::string name;
+  std::int64_t image_size = 0, max_views = 0, max_tokens = 0, dim = 0;
+};
+struct Stepped {
+  double loss = 0, grad_norm = 0;
+  std::uint64_t step = 0;
+};
+struct Predicted {
+  std::vector<float> actions;
+  std::vector<std::int64_t> shape;
+};
+struct Published { std::uint64_t version = 0; };
+struct Saved { std::uint64_t step = 0; };
+struct Loaded { std::uint64_t step = 0; };
+struct SlotDigest { std::uint64_t parameters = 0, optimizer = 0, step = 0, latest_version = 0; };
+using Result = std::variant<Failure, BackboneInfo, Stepped, Predicted, Published, Saved, Loaded, SlotDigest>;
+
+struct Request {
+  std::string tenant;
+  Op op;
+  std::shared_ptr<const void> keepalive;           // holds the memory the HostTensors point into
+  std::shared_ptr<const std::atomic<bool>> alive;  // false: cancelled (its tenant left); no answer
+  sched::Clock::time_point arrival = sched::Clock::now();
+  std::function<void(Result)> done;                 // called once on the executor thread; must only queue
+};
+
+struct TenantPolicy {
+  double weight = 1;   // fair share of training compute
+  int priority = 0;    // higher classes are served first
+};
 
 struct ModelConfig {
   std::string backbone = "tiny";
-  std::string weights;          // safetensors; empty: the seeded initialisation (logged as such)
-  sched::BatchPolicy batch;
-  int torch_threads = 0;        // 0: all cores
-  std::string state_dir = "/var/lib/nexus";  // checkpoints under <state_dir>/checkpoints/<tenant>/
-  // Per-sample backbone results independent of who else is queued: one backbone pass per
-  // request (no grouping) and deterministic algorithms. A tenant's losses are then bitwise the
-  // same alone or among others.
-  bool deterministic = false;
-  std::map<std::string, std::string> external_envs;  // name -> socket of its simulator process
+  std::string weights;                   // safetensors; empty: the seeded initialisation
+  sched::BatchPolicy batch;              // B and T, both queues
+  double group_window_s = 0.02;          // training: who may join the fair-share leader's group
+  int torch_threads = 0;                 // 0: all cores
+  std::string state_dir = "/var/lib/nexus";
+  bool deterministic = false;            // one backbone pass per request (bitwise per-tenant results)
+  double max_request_gflop = 2000;       // per-request cost budget (samples x FLOPs x steps)
+  int versions_kept = 8;                 // published versions kept per tenant (plus pinned ones)
+  std::chrono::seconds idle_evict{600};  // a detached tenant's slot is checkpointed and freed after this
+  std::map<std::string, TenantPolicy> tenants;  // weights and priorities by tenant name
 };
 
-class ModelService : public ModelPort {
- public:
-  using Completion = std::function<void(std::uint64_t session_id, std::vector<std::uint8_t> reply)>;
+struct ModelStats {
+  std::uint64_t groups = 0;            // backbone forward passes
+  std::uint64_t grouped_requests = 0;  // sft/predict requests served by them
+  std::uint64_t samples = 0;
+  double backbone_seconds = 0;
+  double head_seconds = 0;
+  std::uint64_t input_bytes_packed = 0;  // arena bytes copied into group batches
+  std::uint64_t rerun_groups = 0;        // group passes that failed and were re-run member by member
+  std::size_t slots_resident = 0, slots_evicted = 0;
+  std::size_t inference_queued = 0, training_queued = 0;
+  double longest_training_turn_s = 0;    // what an inference request may wait behind, at most
+};
 
+class ModelService {
+ public:
   // Loads the backbone (throws std::runtime_error) and starts the executor thread.
-  ModelService(const ModelConfig& config, Completion complete);
+  ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting);
   ~ModelService();
   ModelService(const ModelService&) = delete;
   ModelService& operator=(const ModelService&) = delete;
 
-  void submit(ModelWork work) override;
-  void tenant_detached(const std::string& tenant) override;
-  ModelStats stats() const override;
-  std::string backbone_name() const override;
-  const model::BackboneConfig& backbone() const;
+  void submit(Request request);
+  // Attached tenants are waited for when groups form; a detached one's slot is evicted after
+  // the idle time (checkpointed; it comes back from the checkpoint at its next request).
+  void tenant_attached(const std::string& tenant);
+  void tenant_detached(const std::string& tenant);
+  // Versions an evaluation reads stay published while pinned (counted: pin twice, unpin twice).
+  void pin_version(const std::string& tenant, std::uint64_t version);
+  void unpin_version(const std::string& tenant, std::uint64_t version);
+
+  // RL jobs' access to a tenant's slot: acting (Inference Queue) and update minibatches
+  // (Training Queue). The port must not outlive the service.
+  std::unique_ptr<PolicyPort> policy_port(const std::string& tenant);
+
+  ModelStats stats() const;
+  const BackboneConfig& backbone() const;
 
   struct Impl;
 
@@ -59,4 +170,4 @@ class ModelService : public ModelPort {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace nexus::daemon
+}  // namespace nexus::model

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -60,7 +61,7 @@ torch::Tensor TenantSlot::predict(const VLAFeature& f, const torch::Tensor& stat
   ActionHead* head = head_.get();
   if (version != 0) {
     auto it = versions_.find(version);
-    if (it == versions_.end()) throw std::out_of_range("version " + std::to_string(version) + " was never published");
+    if (it == versions_.end()) throw std::out_of_range("version " + std::to_string(version) + " was never published, or is no longer kept");
     head = it->second.get();
   }
   torch::NoGradGuard no_grad;
@@ -109,9 +110,19 @@ std::uint64_t TenantSlot::publish() {
   }
   for (auto& p : copy->parameters()) p.set_requires_grad(false);
   copy->eval();
-  const std::uint64_t v = latest_version() + 1;
+  const std::uint64_t v = ++published_;
   versions_.emplace(v, std::move(copy));
   return v;
+}
+
+std::size_t TenantSlot::retain(std::size_t keep, const std::set<std::uint64_t>& pinned) {
+  keep = std::max<std::size_t>(keep, 1);
+  std::vector<std::uint64_t> drop;
+  std::size_t newer = 0;  // versions newer than the one looked at
+  for (auto it = versions_.rbegin(); it != versions_.rend(); ++it, ++newer)
+    if (newer >= keep && !pinned.count(it->first)) drop.push_back(it->first);
+  for (auto v : drop) versions_.erase(v);
+  return drop.size();
 }
 
 namespace {
@@ -188,6 +199,12 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
     adam_step = st.step();
   }
   f.tensors.emplace("rng", to_safetensor(rng_.get_state()));
+  std::vector<std::uint64_t> versions;
+  for (const auto& [v, head] : versions_) {
+    versions.push_back(v);
+    for (const auto& item : head->named_parameters())
+      f.tensors.emplace("version." + std::to_string(v) + "." + item.key(), to_safetensor(item.value()));
+  }
   const auto& h = head_->spec();
   nlohmann::json manifest = {
       {"format", "nexus-slot-v1"},
@@ -197,6 +214,8 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
                      {"weight_decay", config_.weight_decay}, {"grad_clip", config_.grad_clip}}},
       {"steps", steps_},
       {"adamw_step", adam_step},
+      {"versions", versions},
+      {"published", published_},
       {"extra", extra}};
   f.metadata["nexus.manifest"] = manifest.dump();
   write_safetensors(path + ".safetensors", f);
@@ -240,6 +259,20 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
     if (rng == f.tensors.end()) throw std::runtime_error("checkpoint " + path + ": no rng state");
     slot->rng_.set_state(from_safetensor(rng->second, rng->second.shape, "U8", "rng"));
     slot->steps_ = manifest.at("steps");
+    // Published versions (checkpoints from before they were saved have none).
+    for (const std::uint64_t v : manifest.value("versions", std::vector<std::uint64_t>{})) {
+      auto copy = make_head(spec, feature_dim);
+      for (auto& item : copy->named_parameters()) {
+        const auto name = "version." + std::to_string(v) + "." + item.key();
+        auto it = f.tensors.find(name);
+        if (it == f.tensors.end()) throw std::runtime_error("checkpoint " + path + ": no tensor " + name);
+        item.value().copy_(from_safetensor(it->second, item.value().sizes().vec(), "F32", name));
+        item.value().set_requires_grad(false);
+      }
+      copy->eval();
+      slot->versions_.emplace(v, std::move(copy));
+    }
+    slot->published_ = manifest.value("published", slot->versions_.empty() ? 0 : slot->versions_.rbegin()->first);
     return {std::move(slot), manifest};
   } catch (const nlohmann::json::exception& e) {
     throw std::runtime_error("checkpoint " + path + ": bad manifest (" + e.what() + ")");

@@ -11,19 +11,12 @@
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 
 #include "daemon/model/heads.hpp"
 
 namespace nexus::model {
-
-struct OptimizerConfig {
-  double lr = 1e-3;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double weight_decay = 0.01;
-  double grad_clip = 1.0;  // max global L2 norm; <= 0 disables
-};
 
 // A request this slot refuses; the slot's state is unchanged. `shape` marks a malformed batch,
 // otherwise the numbers were bad (NaN/Inf in actions, state or loss).
@@ -66,11 +59,15 @@ class TenantSlot {
 
   // Publishes an immutable snapshot of the head's parameters; returns its version (1, 2, ...).
   std::uint64_t publish();
-  std::uint64_t latest_version() const { return versions_.empty() ? 0 : versions_.rbegin()->first; }
+  std::uint64_t latest_version() const { return published_; }
+  // Drops the published versions other than the newest `keep` (>= 1) and those in `pinned`;
+  // returns how many it dropped. A dropped version answers like one never published.
+  std::size_t retain(std::size_t keep, const std::set<std::uint64_t>& pinned);
+  std::size_t versions_held() const { return versions_.size(); }
 
-  // Checkpoint: `<path>.safetensors` (head parameters, AdamW moments, RNG state) and
-  // `<path>.json` (the manifest: head spec, optimizer config, step, caller's extra fields).
-  // Published versions are not part of it. load() throws std::runtime_error on a bad file.
+  // Checkpoint: `<path>.safetensors` (head parameters, AdamW moments, RNG state, the published
+  // versions still held) and `<path>.json` (the manifest: head spec, optimizer config, step,
+  // versions, caller's extra fields). load() throws std::runtime_error on a bad file.
   void save(const std::string& path, const nlohmann::json& extra = {}) const;
   struct Loaded;
   static Loaded load(const std::string& path, std::int64_t feature_dim);
@@ -95,6 +92,7 @@ class TenantSlot {
   std::int64_t feature_dim_;
   at::Generator rng_;
   std::int64_t steps_ = 0;
+  std::uint64_t published_ = 0;  // the newest version number handed out
 };
 
 struct TenantSlot::Loaded {

@@ -5,6 +5,9 @@
 #include "daemon/model/backbone.hpp"
 
 namespace nexus::rl {
+namespace {
+struct StopRequested {};  // thrown between update minibatches once the job is asked to stop
+}  // namespace
 
 // The job's sessions and their current observations, as the backbone wants them.
 struct RlJob::Observer {
@@ -310,7 +313,11 @@ void RlJob::consume() {
         ++progress_.records_dropped;
         continue;
       }
-      const SlotRunner on_slot = [this](const std::function<void(model::TenantSlot&)>& fn) { policy_.with_slot(fn); };
+      // A stop (cancel, detach) is honoured between minibatches, not after the whole update.
+      const SlotRunner on_slot = [this](const std::function<void(model::TenantSlot&)>& fn) {
+        if (stop_) throw StopRequested{};
+        policy_.with_slot(fn);
+      };
       const UpdateStats stats = config_.algorithm == "ppo"
                                     ? ppo_update(on_slot, value_, *value_opt_, *record, config_.update, weight, shuffle_)
                                     : grpo_update(on_slot, *record, config_.update, weight, shuffle_);
@@ -330,6 +337,8 @@ void RlJob::consume() {
     }
     stop_ = true;
     queue_.close();
+  } catch (const StopRequested&) {
+    // stop() set the state; the update in progress was abandoned between minibatches
   } catch (const std::exception& e) {
     fail(std::string("update: ") + e.what());
   }

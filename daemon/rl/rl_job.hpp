@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "daemon/env/env_service.hpp"
+#include "daemon/model/policy_port.hpp"
 #include "daemon/model/tenant_slot.hpp"
 #include "daemon/rl/policy_update.hpp"
 #include "daemon/rl/rollout.hpp"
@@ -28,26 +29,8 @@
 
 namespace nexus::rl {
 
-// What an RL job needs of the model service. act() and with_slot() block until done and throw
-// std::runtime_error with the model service's reason on failure.
-class PolicyPort {
- public:
-  virtual ~PolicyPort() = default;
-  struct Acted {
-    torch::Tensor pooled;    // [n, D] (owned: not a view of a group's batch)
-    torch::Tensor actions;   // [n, chunk, A]
-    torch::Tensor log_prob;  // [n]
-    std::uint64_t version = 0;
-  };
-  // images uint8 [n, 1, H, W, 3], tokens int32 [n, T], mask uint8 [n, T], state float [n, S].
-  virtual Acted act(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask,
-                    const torch::Tensor& state) = 0;
-  // Runs fn on the tenant's slot where slots are touched (the model service's executor).
-  virtual void with_slot(const std::function<void(model::TenantSlot&)>& fn) = 0;
-  virtual std::int64_t image_size() const = 0;
-  virtual std::int64_t max_tokens() const = 0;
-  virtual std::int64_t feature_dim() const = 0;
-};
+// What an RL job needs of the model service (daemon/model/policy_port.hpp).
+using PolicyPort = model::PolicyPort;
 
 // The most steps one rollout record may hold (PPO: sessions x horizon; GRPO: sessions x the
 // episode limit): bounds a job's memory in the daemon.

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nexus/client.hpp"
+#include "figures.hpp"
 #include "processes.hpp"
 
 using namespace nexus::test;
@@ -50,23 +51,27 @@ std::map<std::string, nlohmann::json> run_jobs(const std::vector<Job>& jobs, int
 }  // namespace
 
 TEST_CASE("four tenants with different heads train at once through one daemon, group-batched",
-          "[integration][model]") {
+          "[integration][model][learning]") {
   nexus::DaemonStatus status;
-  const auto r = run_jobs({{"alice", "mlp_chunk", 1}, {"bob", "flow", 2}, {"carol", "gaussian", 3}, {"dave", "mlp_chunk", 4}},
+  const std::uint64_t k = test_seed() * 10;  // each tenant's seeds (head, data) from the variant
+  const auto r = run_jobs({{"alice", "mlp_chunk", 1 + k}, {"bob", "flow", 2 + k}, {"carol", "gaussian", 3 + k},
+                           {"dave", "mlp_chunk", 4 + k}},
                           300, &status);
   for (const auto& [name, j] : r) {
     INFO(name << ": " << j.dump());
-    CHECK(j["last_loss"].get<double>() < j["first_loss"].get<double>() / 2);
+    CHECK(figure_holds("four_tenants." + name + ".loss_last_over_first",
+                       j["last_loss"].get<double>() / j["first_loss"].get<double>(), "<", 0.5));
     CHECK(j["version"] == 1);
   }
-  // Every head learns the task within 300 steps of 16 demonstrations (flow measured 6.0x here;
-  // its bound leaves room for another LibTorch's float sums).
-  for (const char* name : {"alice", "carol", "dave"}) {
+  // Every head learns the task within 300 steps of 16 demonstrations: held-out action error
+  // against the predict-the-mean baseline. Bounds: docs/design/learning-margins.md.
+  const std::map<std::string, std::pair<std::string, double>> bound = {
+      {"alice", {"mlp_chunk", 5.0}}, {"bob", {"flow", 2.5}}, {"carol", {"gaussian", 5.0}}, {"dave", {"mlp_chunk", 5.0}}};
+  for (const auto& [name, b] : bound) {
     INFO(name << ": " << r.at(name).dump());
-    CHECK(r.at(name)["improvement"].get<double>() >= 5.0);
+    CHECK(figure_holds("four_tenants." + name + "." + b.first + ".improvement", r.at(name)["improvement"].get<double>(),
+                       ">=", b.second));
   }
-  INFO("bob (flow): " << r.at("bob").dump());
-  CHECK(r.at("bob")["improvement"].get<double>() >= 4.0);
   // One backbone pass served several tenants' requests.
   INFO("groups " << status.model_groups << ", requests " << status.model_requests);
   CHECK(status.model_requests >= 4 * 300);

@@ -6,6 +6,7 @@
 
 #include "nexus/client.hpp"
 #include "processes.hpp"
+#include "schema/protocol.hpp"
 
 using namespace nexus::test;
 
@@ -22,7 +23,7 @@ TEST_CASE("nexusctl status reports version, uptime and attached tenants", "[inte
   REQUIRE(wait_exit(ctl, std::chrono::seconds(10)) == 0);
   const auto j = nlohmann::json::parse(read_file(json_path));
   CHECK(j["pid"] == daemon.pid());
-  CHECK(j["protocol_version"] == 1);
+  CHECK(j["protocol_version"] == nexus::schema::kProtocolVersion);
   CHECK(j["uptime_s"].get<double>() > 0);
   REQUIRE(j["tenants"].size() == 1);
   CHECK(j["tenants"][0]["name"] == "status-probe");

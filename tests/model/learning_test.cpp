@@ -9,6 +9,7 @@
 
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/tenant_slot.hpp"
+#include "figures.hpp"
 #include "processes.hpp"
 #include "synth/scenes.hpp"
 
@@ -54,13 +55,15 @@ model::VLAFeature rows(const model::VLAFeature& f, const torch::Tensor& idx) {
 }
 
 // Held-out mean L1 action error after `steps` SFT steps, and the predict-the-mean baseline's.
+// Every seed (scenes, head initialisation, batch picks) comes from the test's seed variant k.
 std::pair<double, double> train_and_eval(model::VLABackbone& backbone, const std::string& kind, int steps) {
-  const auto train = make_dataset(backbone, 11, 2048);
-  const auto held = make_dataset(backbone, 12, 256);
+  const std::uint64_t k = test::test_seed();
+  const auto train = make_dataset(backbone, 11 + 100 * k, 2048);
+  const auto held = make_dataset(backbone, 12 + 100 * k, 256);
   // Source noise at the actions' scale (they span about +-0.3): see HeadSpec::flow_noise.
   model::TenantSlot slot({.kind = kind, .action_dim = 2, .chunk = kChunk, .hidden = 256, .flow_noise = 0.1},
-                         {.lr = 1e-3}, backbone->config().dim, 5);
-  auto pick = at::make_generator<at::CPUGeneratorImpl>(3);
+                         {.lr = 1e-3}, backbone->config().dim, 5 + k);
+  auto pick = at::make_generator<at::CPUGeneratorImpl>(3 + k);
   for (int s = 0; s < steps; ++s) {
     auto idx = torch::randint(train.actions.size(0), {64}, pick, torch::kLong);
     slot.sft_step(rows(train.features, idx), {}, train.actions.index_select(0, idx));
@@ -88,7 +91,8 @@ TEST_CASE("mlp_chunk and flow heads learn ≥5x below the mean baseline on the p
   for (const std::string kind : {"mlp_chunk", "flow"}) {
     const auto [err, base] = train_and_eval(backbone, kind, 300);
     INFO(kind << ": held-out L1 " << err << " vs mean baseline " << base << " (" << base / err << "x)");
-    CHECK(base / err >= 5.0);
+    // Bound: docs/design/learning-margins.md (seed distribution).
+    CHECK(test::figure_holds("heads." + kind + ".improvement", base / err, ">=", 5.0));
   }
 }
 
@@ -99,6 +103,6 @@ TEST_CASE("the same head on a random frozen backbone stays near the baseline", "
   for (const std::string kind : {"mlp_chunk", "flow"}) {
     const auto [err, base] = train_and_eval(random, kind, 300);
     INFO(kind << " on a random backbone: held-out L1 " << err << " vs mean baseline " << base);
-    CHECK(base / err < 2.0);
+    CHECK(test::figure_holds("heads." + kind + ".random_backbone_improvement", base / err, "<", 2.0));
   }
 }

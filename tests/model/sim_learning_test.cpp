@@ -10,6 +10,7 @@
 
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/tenant_slot.hpp"
+#include "figures.hpp"
 #include "processes.hpp"
 #include "sim/task.hpp"
 
@@ -18,6 +19,7 @@ using namespace nexus;
 namespace {
 
 constexpr int kChunk = 4;
+constexpr int kEpisodes = 50;  // closed-loop evaluation episodes
 
 struct Demos {
   torch::Tensor images, tokens, mask, state, actions;  // per step
@@ -121,21 +123,24 @@ TEST_CASE("SFT on reach demonstrations lifts closed-loop success on the pretrain
   model::VLABackbone b(*model::named_backbone("tiny"));
   model::load_weights(*b, path);
   b->freeze();
-  const auto demos = record("reach", 200, 1000, b->config());
+  const std::uint64_t k = test::test_seed();  // every seed below derives from the variant
+  const auto demos = record("reach", 200, 1000 + 100000 * k, b->config());
   const auto f = features(b, demos);
   const auto n = demos.actions.size(0);
   const std::string kind = "mlp_chunk";
   model::TenantSlot slot({.kind = kind, .state_dim = 4, .action_dim = 2, .chunk = kChunk, .hidden = 256},
-                         {.lr = 1e-3}, b->config().dim, 5);
-  const double before = success_rate(b, slot, "reach", 50, 90000);
-  auto pick = at::make_generator<at::CPUGeneratorImpl>(3);
+                         {.lr = 1e-3}, b->config().dim, 5 + k);
+  const std::uint64_t eval_seed = 90000 + 1000 * k;
+  const double before = success_rate(b, slot, "reach", kEpisodes, eval_seed);
+  auto pick = at::make_generator<at::CPUGeneratorImpl>(3 + k);
   for (int s = 0; s < 3000; ++s) {
     auto idx = torch::randint(n, {64}, pick, torch::kLong);
     slot.sft_step({f.tokens.index_select(0, idx), f.pooled.index_select(0, idx), f.mask.index_select(0, idx)},
                   demos.state.index_select(0, idx), demos.actions.index_select(0, idx));
   }
-  const double after = success_rate(b, slot, "reach", 50, 90000);
+  const double after = success_rate(b, slot, "reach", kEpisodes, eval_seed);
   INFO(kind << ": " << n << " demonstration steps; success " << before << " -> " << after);
-  CHECK(before <= 0.1);
-  CHECK(after >= 0.6);  // measured 0.74 (400 episodes: 0.82)
+  // Bounds: docs/design/learning-margins.md (seed distribution).
+  CHECK(test::figure_holds("sft_reach.success_before", before, "<=", 0.1, kEpisodes));
+  CHECK(test::figure_holds("sft_reach.success_after", after, ">=", 0.25, kEpisodes));
 }

@@ -13,7 +13,7 @@ std::string probe_access_path() { return NEXUS_TEST_PROBE_ACCESS; }
 std::string tiny_weights_path() {
   const std::string path = std::string(NEXUS_TEST_WEIGHTS_DIR) + "/backbone-tiny.safetensors";
   if (!std::filesystem::exists(path))
-    throw std::runtime_error(path + " is missing: scripts/setup.sh pretrains it (nexus-pretrain)");
+    throw std::runtime_error(path + " is missing: it is committed in weights/ (scripts/pretrain.sh makes it)");
   return path;
 }
 

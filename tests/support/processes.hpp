@@ -16,7 +16,7 @@ std::string nexusd_path();
 std::string ping_tenant_path();
 std::string nexusctl_path();
 std::string probe_access_path();
-// The pretrained tiny backbone that scripts/setup.sh leaves in build/weights; throws if missing.
+// The committed pretrained tiny backbone (weights/backbone-tiny.safetensors); throws if missing.
 std::string tiny_weights_path();
 
 // A fresh directory under /tmp, mode 0755, removed by the destructor.

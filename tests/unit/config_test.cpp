@@ -18,6 +18,46 @@ TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[con
   CHECK(c.state_dir == defaults.state_dir);
   CHECK(c.deterministic == defaults.deterministic);
   CHECK(c.external_envs.empty());
+  // Every bound the file documents is the default it states.
+  CHECK(c.max_tenants_per_uid == defaults.max_tenants_per_uid);
+  CHECK(c.max_in_flight == defaults.max_in_flight);
+  CHECK(c.request_bytes_per_tenant == defaults.request_bytes_per_tenant);
+  CHECK(c.group_window_ms == defaults.group_window_ms);
+  CHECK(c.max_request_gflop == defaults.max_request_gflop);
+  CHECK(c.versions_kept == defaults.versions_kept);
+  CHECK(c.idle_evict == defaults.idle_evict);
+  CHECK(c.external_step_timeout == defaults.external_step_timeout);
+  CHECK(c.dataset_bytes_per_tenant == defaults.dataset_bytes_per_tenant);
+  CHECK(c.dataset_bytes_total == defaults.dataset_bytes_total);
+  CHECK(c.jobs_running == defaults.jobs_running);
+  CHECK(c.metrics_interval == defaults.metrics_interval);
+  CHECK(c.tenants.empty());
+}
+
+TEST_CASE("tenant weights, priorities and bounds come from the config, bad ones named", "[config]") {
+  nexus::test::TempDir dir;
+  const std::string path = dir.path + "/c.toml";
+  std::ofstream(path) << "[tenants.alice]\nweight = 2.5\npriority = 1\n[tenants.bob]\nweight = 1\n"
+                         "[model]\nversions_kept = 3\nidle_evict_s = 30\nmax_request_gflop = 12.5\n"
+                         "[env]\nexternal_step_timeout_ms = 1500\ndataset_mib_total = 100\n"
+                         "[metrics]\ntextfile = \"/tmp/n.prom\"\ninterval_s = 5\n";
+  const auto c = load_config_file(path);
+  CHECK(c.tenants.at("alice").weight == 2.5);
+  CHECK(c.tenants.at("alice").priority == 1);
+  CHECK(c.tenants.at("bob").weight == 1.0);
+  CHECK(c.versions_kept == 3);
+  CHECK(c.idle_evict.count() == 30);
+  CHECK(c.max_request_gflop == 12.5);
+  CHECK(c.external_step_timeout.count() == 1500);
+  CHECK(c.dataset_bytes_total == 100ull << 20);
+  CHECK(c.metrics_textfile == "/tmp/n.prom");
+  CHECK(c.metrics_interval.count() == 5);
+  std::ofstream(path) << "[tenants.alice]\nweight = 0\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("tenants.alice.weight"));
+  std::ofstream(path) << "[model]\nversions_kept = \"many\"\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.versions_kept"));
+  std::ofstream(path) << "[env]\nexternal_step_timeout_ms = 0\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("env.external_step_timeout_ms"));
 }
 
 TEST_CASE("config values override defaults, bad ones are refused with the key named", "[config]") {

@@ -142,6 +142,12 @@ class Client {
   std::uint64_t rl_start(const RlOptions& options);
   RlStatus rl_status(bool stop = false);
 
+  // ---- jobs the daemon runs (nexus/env.hpp): queued, running, finished, failed, cancelled ----
+  std::uint64_t job_start(const JobSpec& spec);
+  JobInfo job(std::uint64_t id);          // throws UnknownJob for another tenant's
+  std::vector<JobInfo> jobs();            // this tenant's, RL jobs included
+  JobInfo job_cancel(std::uint64_t id);   // the job's state after (cancelled, or already ended)
+
  private:
   explicit Client(std::unique_ptr<detail::ClientState> state);
   std::unique_ptr<detail::ClientState> state_;

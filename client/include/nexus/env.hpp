@@ -65,4 +65,29 @@ struct RlStatus {
   double seconds = 0;
 };
 
+// Jobs the daemon runs for this tenant (Client::job_start): SFT on a dataset you loaded, or an
+// evaluation of a published version (the latest by default; never the live head).
+struct JobSpec {
+  std::string kind = "sft";       // sft or eval
+  std::string dataset;            // sft: a name you passed to dataset_load
+  std::int32_t steps = 100;       // sft
+  std::int32_t batch = 32;        // sft
+  std::int32_t chunk = 1;         // sft: your head's chunk
+  std::string task = "reach";     // eval
+  std::uint64_t version = 0;      // eval: 0 = the latest published version
+  std::int32_t episodes = 50;     // eval
+  std::uint64_t seed = 0;         // eval: episode i is reset with seed + i
+};
+
+struct JobInfo {
+  std::uint64_t id = 0;
+  std::string tenant, kind;
+  std::string state;              // queued, running, finished, failed, cancelled
+  std::string error;
+  std::int64_t done = 0, total = 0;
+  double loss = 0, success_rate = 0, mean_return = 0;
+  std::uint64_t version = 0;
+  double seconds = 0;
+};
+
 }  // namespace nexus

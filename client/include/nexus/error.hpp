@@ -33,6 +33,10 @@ enum class ErrorCode : std::uint16_t {
   EnvFailed,       // an environment request refused as a whole (see the message)
   JobFailed,       // an RL job that could not start, or none to report on
   BadDataset,      // a dataset file that is not a valid demonstration file
+  OverBudget,      // a request whose estimated cost is over the daemon's per-request budget
+  QuotaExceeded,   // a resource bound (datasets, request memory, tenants per user) is reached
+  UnknownJob,      // a job id that is not yours
+  Cancelled,       // the work was cancelled before it finished
   // Client-side codes, never on the wire:
   ArenaFull = 1000,      // the client arena has no room for the tensor
   ConnectFailed = 1001,  // nothing listens on the socket path

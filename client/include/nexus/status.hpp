@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "nexus/env.hpp"
+
 namespace nexus {
 
 struct TenantStatus {
@@ -16,6 +18,17 @@ struct TenantStatus {
   std::uint64_t requests = 0;
   std::uint64_t errors = 0;
   double attached_s = 0;
+};
+
+// What a tenant used, from the daemon's accounting (over the span the query asked for).
+struct TenantUsage {
+  std::string name;
+  double train_s = 0, infer_s = 0;  // compute-seconds: shared backbone time by samples + own head time
+  std::uint64_t samples = 0, steps = 0, predictions = 0, env_steps = 0;
+  double train_wait_p50_us = 0, train_wait_p99_us = 0, infer_wait_p50_us = 0, infer_wait_p99_us = 0;
+  double weight = 1;
+  bool attached = false;
+  double compute_s() const { return train_s + infer_s; }
 };
 
 struct DaemonStatus {
@@ -30,10 +43,23 @@ struct DaemonStatus {
   std::uint64_t model_groups = 0;
   std::uint64_t model_requests = 0;
   std::uint64_t model_samples = 0;
+  std::vector<TenantUsage> usage;      // every tenant with usage, attached or not
+  double usage_wall_s = 0;             // the span usage covers
+  double training_busy_s = 0, inference_busy_s = 0, environment_busy_s = 0;
+  std::vector<JobInfo> jobs;
+  std::uint64_t inference_queued = 0, training_queued = 0;
+  std::uint64_t slots_resident = 0, slots_evicted = 0, env_sessions = 0, dataset_bytes = 0, rerun_groups = 0;
+  double longest_training_turn_s = 0;  // what an inference request may wait behind, at most
 };
 
 // Throws nexus::Error (ConnectFailed, DaemonGone, Timeout, UnsupportedVersion, BadMessage).
+// usage_since_s > 0: usage over the last that many seconds (else since the daemon started).
 DaemonStatus query_status(const std::string& socket_path,
-                          std::chrono::milliseconds timeout = std::chrono::seconds(5));
+                          std::chrono::milliseconds timeout = std::chrono::seconds(5), double usage_since_s = 0);
+// The daemon's metrics in the Prometheus text exposition format.
+std::string query_metrics(const std::string& socket_path, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+// Cancels a job (you must be root or the job's owner); its state after. Throws UnknownJob.
+std::string cancel_job(const std::string& socket_path, std::uint64_t job,
+                       std::chrono::milliseconds timeout = std::chrono::seconds(5));
 
 }  // namespace nexus

@@ -64,7 +64,16 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
     case wire::Body::BackboneRequest:
     case wire::Body::EnvCloseRequest:
     case wire::Body::RlStatusRequest:
+    case wire::Body::JobStatusRequest:
       return req;
+    case wire::Body::JobStartRequest: {
+      const auto* spec = msg->body_as_JobStartRequest()->spec();
+      if (spec == nullptr || spec->kind() == nullptr)
+        return error(id, wire::ErrorCode::BadMessage, "JobStartRequest needs a spec with a kind");
+      if (spec->dataset() && spec->dataset()->size() > 64) return error(id, wire::ErrorCode::BadMessage, "dataset name too long");
+      if (spec->task() && spec->task()->size() > 256) return error(id, wire::ErrorCode::BadMessage, "task name too long");
+      return req;
+    }
     case wire::Body::EnvOpenRequest:
       if (msg->body_as_EnvOpenRequest()->task() == nullptr)
         return error(id, wire::ErrorCode::BadMessage, "EnvOpenRequest needs a task");
@@ -146,9 +155,17 @@ std::variant<ControlRequest, DecodeError> decode_control(std::span<const std::ui
     return error(0, wire::ErrorCode::UnsupportedVersion,
                  "protocol version " + std::to_string(msg->body_as_StatusRequest()->protocol_version()) +
                      ", daemon speaks " + std::to_string(schema::kProtocolVersion));
-  if (type != wire::ControlBody::AttachRequest && type != wire::ControlBody::StatusRequest)
+  std::uint32_t version = schema::kProtocolVersion;
+  if (type == wire::ControlBody::MetricsRequest) version = msg->body_as_MetricsRequest()->protocol_version();
+  if (type == wire::ControlBody::CancelJobRequest) version = msg->body_as_CancelJobRequest()->protocol_version();
+  if (version != schema::kProtocolVersion)
+    return error(0, wire::ErrorCode::UnsupportedVersion,
+                 "protocol version " + std::to_string(version) + ", daemon speaks " +
+                     std::to_string(schema::kProtocolVersion));
+  if (type != wire::ControlBody::AttachRequest && type != wire::ControlBody::StatusRequest &&
+      type != wire::ControlBody::MetricsRequest && type != wire::ControlBody::CancelJobRequest)
     return error(0, wire::ErrorCode::WrongMessageType,
-                 "the control socket accepts AttachRequest and StatusRequest only");
+                 "the control socket accepts AttachRequest, StatusRequest, MetricsRequest and CancelJobRequest");
   return ControlRequest{type, msg};
 }
 

@@ -1,24 +1,18 @@
-#include "daemon/env/env_requests.hpp"
+#include "daemon/master/env_routes.hpp"
 
 #include <flatbuffers/flatbuffers.h>
 
-#include "schema/protocol.hpp"
+#include "daemon/master/wire_replies.hpp"
 #include "schema/tensor_ref.hpp"
 
-namespace nexus::env {
+namespace nexus::daemon {
 namespace {
 
-using Bytes = std::vector<std::uint8_t>;
-
-Bytes finish(flatbuffers::FlatBufferBuilder& fbb, std::uint64_t id, wire::Body type, flatbuffers::Offset<void> body) {
-  fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, id, type, body));
-  return Bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
-}
-
-Bytes error(std::uint64_t id, wire::ErrorCode code, const std::string& reason) {
-  flatbuffers::FlatBufferBuilder fbb(256);
-  return finish(fbb, id, wire::Body::Error, wire::CreateError(fbb, code, fbb.CreateString(reason)).Union());
-}
+using env::EnvError;
+using env::EnvService;
+using env::SessionResult;
+constexpr auto finish = finish_reply;
+constexpr auto error = error_reply;
 
 wire::ErrorCode code_of(const EnvError& e) {
   return e.kind() == EnvError::Kind::UnknownSession ? wire::ErrorCode::UnknownSession : wire::ErrorCode::EnvFailed;
@@ -29,7 +23,7 @@ std::vector<std::uint64_t> ids_of(const flatbuffers::Vector<std::uint64_t>* v) {
 }
 
 // The arena bytes a checked tensor reference names, if its dtype and shape are as required.
-std::uint8_t* target(const daemon::ModelWork& w, const wire::TensorRef* ref, wire::DType dtype,
+std::uint8_t* target(const ServiceRequest& w, const wire::TensorRef* ref, wire::DType dtype,
                      const std::vector<std::int64_t>& shape, const char* name, std::string& why) {
   const auto check = schema::check_tensor_ref(ref, w.segment->layout().client_arena_bytes);
   std::vector<std::int64_t> got(ref->shape()->begin(), ref->shape()->end());
@@ -42,7 +36,7 @@ std::uint8_t* target(const daemon::ModelWork& w, const wire::TensorRef* ref, wir
   return w.segment->client_arena_for_results() + check.offset;
 }
 
-Bytes step(EnvService& envs, const daemon::ModelWork& w, const wire::EnvStepRequest& r) {
+Bytes step(EnvService& envs, const ServiceRequest& w, const wire::EnvStepRequest& r) {
   const auto ids = ids_of(r.sessions());
   const auto spec = envs.spec_of(w.tenant, ids);  // throws for unknown sessions
   const auto n = static_cast<std::int64_t>(ids.size());
@@ -78,7 +72,11 @@ Bytes step(EnvService& envs, const daemon::ModelWork& w, const wire::EnvStepRequ
 
 }  // namespace
 
-std::vector<std::uint8_t> handle_env_request(EnvService& envs, const daemon::ModelWork& w, int image_size) {
+bool is_env_request(wire::Body t) {
+  return t == wire::Body::EnvOpenRequest || t == wire::Body::EnvStepRequest || t == wire::Body::EnvCloseRequest;
+}
+
+std::vector<std::uint8_t> handle_env_request(EnvService& envs, const ServiceRequest& w, int image_size) {
   const auto* msg = wire::GetMessage(w.message.data());
   try {
     if (w.type == wire::Body::EnvOpenRequest) {
@@ -105,4 +103,4 @@ std::vector<std::uint8_t> handle_env_request(EnvService& envs, const daemon::Mod
   }
 }
 
-}  // namespace nexus::env
+}  // namespace nexus::daemon

@@ -1,0 +1,194 @@
+// nexus-bench workload (workload.hpp): the reference mix shared vs isolated-sequential.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "nexus/status.hpp"
+#include "processes.hpp"
+#include "workload.hpp"
+
+namespace nexus::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct TenantWork {
+  std::string name, what;
+  std::vector<std::string> argv;  // without --socket
+};
+
+struct Run {
+  double wall_s = 0;
+  std::map<std::string, double> finished_s;  // since the run began
+  std::map<std::string, nlohmann::json> results;
+  DaemonStatus status;                       // accounting at the end
+  std::string timeline_csv;                  // the daemon's busy intervals
+};
+
+std::vector<TenantWork> reference_mix(const WorkloadOptions& o, const std::string& dataset) {
+  auto n = [&](double base) { return std::to_string(std::max(1L, std::lround(base * o.scale))); };
+  return {{"alice", "PPO reach", {o.rl_tenant, "-t", "alice", "--algorithm", "ppo", "--task", "reach", "--iterations", n(20),
+                                  "--seed", "1", "--report-every", "0"}},
+          {"bob", "PPO push", {o.rl_tenant, "-t", "bob", "--algorithm", "ppo", "--task", "push", "--iterations", n(15),
+                               "--seed", "2", "--report-every", "0"}},
+          {"carol", "GRPO reach", {o.rl_tenant, "-t", "carol", "--algorithm", "grpo", "--task", "reach", "--iterations",
+                                   n(10), "--sessions", "32", "--group-size", "4", "--seed", "3", "--report-every", "0"}},
+          {"erin", "SFT demos", {o.sft_demos_tenant, "-t", "erin", "--dataset", dataset, "--steps", n(400), "--batch", "32",
+                                 "--report-every", "0"}}};
+}
+
+Run run_on_one_daemon(const WorkloadOptions& o, const std::vector<TenantWork>& tenants, const std::string& dir,
+                      const std::string& label) {
+  Run run;
+  const std::string timeline = dir + "/" + label + "-timeline.csv";
+  {
+    test::Daemon daemon({"--log-level", "warn", "--timeline", timeline}, o.nexusd);
+    const auto t0 = Clock::now();
+    std::vector<pid_t> pids;
+    for (const auto& t : tenants) {
+      auto argv = t.argv;
+      argv.insert(argv.begin() + 1, {"--socket", daemon.socket()});
+      pids.push_back(test::spawn(argv, {.stdout_path = dir + "/" + label + "-" + t.name + ".json",
+                                        .stderr_path = dir + "/" + label + "-" + t.name + ".err"}));
+    }
+    // Finish times in the order they come (polling all, so a later one is not timed late).
+    std::vector<bool> done(pids.size(), false);
+    for (std::size_t left = pids.size(); left > 0;) {
+      for (std::size_t i = 0; i < pids.size(); ++i) {
+        if (done[i]) continue;
+        const auto rc = test::wait_exit(pids[i], std::chrono::milliseconds(0));
+        if (!rc) continue;
+        done[i] = true, --left;
+        run.finished_s[tenants[i].name] = std::chrono::duration<double>(Clock::now() - t0).count();
+        if (*rc != 0)
+          throw std::runtime_error(tenants[i].name + " failed: " + test::read_file(dir + "/" + label + "-" + tenants[i].name + ".err"));
+        run.results[tenants[i].name] = nlohmann::json::parse(test::last_line(dir + "/" + label + "-" + tenants[i].name + ".json"));
+      }
+      if (left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    run.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    run.status = query_status(daemon.socket());
+  }  // the daemon stops here and writes its timeline
+  run.timeline_csv = test::read_file(timeline);
+  return run;
+}
+
+double compute_of(const Run& r, const std::string& tenant) {
+  for (const auto& u : r.status.usage)
+    if (u.name == tenant) return u.compute_s();
+  return 0;
+}
+
+std::string result_of(const TenantWork& t, const nlohmann::json& j) {
+  char b[128];
+  if (j.contains("recent_success"))
+    std::snprintf(b, sizeof b, "%d updates, recent success %.2f", j.value("iterations", 0), j.value("recent_success", 0.0));
+  else
+    std::snprintf(b, sizeof b, "%d steps, loss %.4f", j.value("steps", 0), j.value("last_loss", 0.0));
+  return b;
+}
+
+}  // namespace
+
+int run_workload(const WorkloadOptions& o) {
+  std::string dir = o.out;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/nexus-workload-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+  }
+  std::filesystem::create_directories(dir);
+  const std::string dataset = dir + "/reach.hdf5";
+  std::fprintf(stderr, "[workload] recording 100 reach demonstrations for erin ...\n");
+  const pid_t rec = test::spawn({o.nexusctl, "dataset", "record", "--task", "reach", "--episodes", "100", "--out", dataset},
+                                {.stdout_path = dir + "/record.out", .stderr_path = dir + "/record.err"});
+  if (test::wait_exit(rec, std::chrono::seconds(300)) != 0) throw std::runtime_error("recording the demonstrations failed");
+  const auto mix = reference_mix(o, dataset);
+
+  std::fprintf(stderr, "[workload] shared: the four tenants on one daemon ...\n");
+  const Run shared = run_on_one_daemon(o, mix, dir, "shared");
+  std::fprintf(stderr, "[workload] shared run took %.1f s\n", shared.wall_s);
+  std::map<std::string, Run> alone;
+  double isolated_s = 0, busy_train = 0, busy_infer = 0, busy_env = 0;
+  for (const auto& t : mix) {
+    std::fprintf(stderr, "[workload] isolated: %s alone on a fresh daemon ...\n", t.name.c_str());
+    alone[t.name] = run_on_one_daemon(o, {t}, dir, "alone-" + t.name);
+    const auto& r = alone[t.name];
+    isolated_s += r.wall_s;
+    busy_train += r.status.training_busy_s, busy_infer += r.status.inference_busy_s, busy_env += r.status.environment_busy_s;
+    std::fprintf(stderr, "[workload] %s alone took %.1f s\n", t.name.c_str(), r.wall_s);
+  }
+  // Finish-time fairness: each tenant's completion shared over its time alone; the error is
+  // the spread of those slowdowns relative to their mean (0: everyone slowed down alike).
+  double lo = 1e300, hi = 0, mean = 0;
+  for (const auto& t : mix) {
+    const double rho = shared.finished_s.at(t.name) / alone.at(t.name).wall_s;
+    lo = std::min(lo, rho), hi = std::max(hi, rho), mean += rho / static_cast<double>(mix.size());
+  }
+  nlohmann::json j = {
+      {"scale", o.scale}, {"shared_s", shared.wall_s}, {"isolated_s", isolated_s},
+      {"compute_time_reduction", 1 - shared.wall_s / isolated_s},
+      {"train_util_isolated", busy_train / isolated_s}, {"train_util_shared", shared.status.training_busy_s / shared.wall_s},
+      {"infer_util_isolated", busy_infer / isolated_s}, {"infer_util_shared", shared.status.inference_busy_s / shared.wall_s},
+      {"env_util_isolated", busy_env / isolated_s}, {"env_util_shared", shared.status.environment_busy_s / shared.wall_s},
+      {"fairness_error", (hi - lo) / mean}, {"out", dir}};
+  std::ofstream csv(dir + "/workload.csv");
+  csv << "mode,tenant,work,wall_s,compute_s,result\n";
+  std::printf("%-7s %-12s %10s %10s %12s %12s  %s\n", "tenant", "work", "alone s", "shared s", "compute alone",
+              "compute shared", "result (shared)");
+  for (const auto& t : mix) {
+    const auto& a = alone.at(t.name);
+    std::printf("%-7s %-12s %10.1f %10.1f %12.1f %12.1f  %s\n", t.name.c_str(), t.what.c_str(), a.wall_s,
+                shared.finished_s.at(t.name), compute_of(a, t.name), compute_of(shared, t.name),
+                result_of(t, shared.results.at(t.name)).c_str());
+    csv << "isolated," << t.name << ',' << t.what << ',' << a.wall_s << ',' << compute_of(a, t.name) << ",\""
+        << result_of(t, a.results.at(t.name)) << "\"\n";
+    csv << "shared," << t.name << ',' << t.what << ',' << shared.finished_s.at(t.name) << ',' << compute_of(shared, t.name)
+        << ",\"" << result_of(t, shared.results.at(t.name)) << "\"\n";
+    j["tenants"][t.name] = {{"alone_s", a.wall_s}, {"shared_s", shared.finished_s.at(t.name)},
+                            {"compute_alone_s", compute_of(a, t.name)}, {"compute_shared_s", compute_of(shared, t.name)},
+                            {"result_alone", a.results.at(t.name)}, {"result_shared", shared.results.at(t.name)}};
+  }
+  std::printf("\naggregate device time: isolated %.1f s (sum of runs), shared %.1f s: %.1f%% less\n", isolated_s,
+              shared.wall_s, 100 * j["compute_time_reduction"].get<double>());
+  std::printf("utilization (busy / wall):  training %.1f%% -> %.1f%%   inference %.1f%% -> %.1f%%   environment %.1f%% -> %.1f%%\n",
+              100 * j["train_util_isolated"].get<double>(), 100 * j["train_util_shared"].get<double>(),
+              100 * j["infer_util_isolated"].get<double>(), 100 * j["infer_util_shared"].get<double>(),
+              100 * j["env_util_isolated"].get<double>(), 100 * j["env_util_shared"].get<double>());
+  std::printf("finish-time fairness error: %.2f (spread of shared/alone completion ratios over their mean)\n",
+              j["fairness_error"].get<double>());
+  // One timeline: the shared run, then the isolated runs one after another.
+  std::ofstream tl(dir + "/timeline.csv");
+  tl << "mode,service,tenant,start_s,end_s\n";
+  auto append = [&](const std::string& mode, const std::string& csv_text, double offset) {
+    std::istringstream in(csv_text);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string service, tenant, start, end;
+      std::getline(f, service, ','), std::getline(f, tenant, ','), std::getline(f, start, ','), std::getline(f, end, ',');
+      if (!end.empty()) tl << mode << ',' << service << ',' << tenant << ',' << std::stod(start) + offset << ',' << std::stod(end) + offset << '\n';
+    }
+  };
+  append("shared", shared.timeline_csv, 0);
+  double offset = 0;
+  for (const auto& t : mix) append("isolated", alone.at(t.name).timeline_csv, offset), offset += alone.at(t.name).wall_s;
+  tl.close();
+  const std::string png = dir + "/timeline.png";
+  const pid_t plot = test::spawn({o.python, o.plot_script, dir + "/timeline.csv", png}, {.stderr_path = dir + "/plot.err"});
+  if (test::wait_exit(plot, std::chrono::seconds(120)) == 0) j["png"] = png;
+  std::printf("files: %s/workload.csv, %s/timeline.csv%s\n", dir.c_str(), dir.c_str(),
+              j.contains("png") ? (", " + png).c_str() : " (no plot: see plot.err)");
+  if (o.json) std::printf("%s\n", j.dump().c_str());
+  return 0;
+}
+
+}  // namespace nexus::bench

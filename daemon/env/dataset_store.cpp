@@ -1,0 +1,134 @@
+#include "daemon/env/dataset_store.hpp"
+
+#include <sys/stat.h>
+
+#include <cstring>
+
+#include "schema/tokenizer.hpp"
+
+namespace nexus::env {
+namespace {
+
+std::uint64_t held_bytes(const datasets::DemoFile& f) {
+  std::uint64_t b = 0;
+  for (const auto& e : f.episodes)
+    b += e.images.size() + (e.proprio.size() + e.actions.size() + e.sim_states.size() + e.rewards.size()) * 4 +
+         e.dones.size() + e.instruction.size();
+  return b;
+}
+
+std::string mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+}  // namespace
+
+std::uint64_t DatasetStore::tenant_bytes(const std::string& tenant, const std::string& except) const {
+  std::uint64_t b = 0;
+  auto it = datasets_.find(tenant);
+  if (it != datasets_.end())
+    for (const auto& [name, d] : it->second)
+      if (name != except) b += d->bytes;
+  return b;
+}
+
+LoadedDataset DatasetStore::load(const std::string& tenant, const std::string& name, int fd, std::uint64_t seed,
+                                 std::int64_t image_size) {
+  struct stat st {};
+  const std::uint64_t file_bytes = ::fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
+  auto fits = [&](std::uint64_t bytes) {  // under mu_
+    auto it = datasets_.find(tenant);
+    const bool replacing = it != datasets_.end() && it->second.count(name);
+    if (!replacing && it != datasets_.end() && it->second.size() >= limits_.per_tenant)
+      throw DatasetRefused(true, "a tenant may hold " + std::to_string(limits_.per_tenant) +
+                                     " datasets; reuse a name to replace one");
+    const auto mine = tenant_bytes(tenant, name);
+    const auto replaced = replacing ? it->second.at(name)->bytes : 0;
+    if (mine + bytes > limits_.bytes_per_tenant)
+      throw DatasetRefused(true, "dataset '" + name + "' (" + mib(bytes) + ") does not fit this tenant's " +
+                                     mib(limits_.bytes_per_tenant) + " of datasets ([env] dataset_mib_per_tenant; " +
+                                     mib(mine) + " held)");
+    if (total_bytes_ - replaced + bytes > limits_.bytes_total)
+      throw DatasetRefused(true, "dataset '" + name + "' (" + mib(bytes) + ") does not fit nexusd's " +
+                                     mib(limits_.bytes_total) + " of datasets in all ([env] dataset_mib_total)");
+  };
+  {
+    std::lock_guard lk(mu_);
+    fits(file_bytes);  // before reading: a huge file is refused without being read
+  }
+  auto d = std::make_shared<Dataset>();
+  try {
+    d->file = datasets::read_demo_fd(fd, "dataset '" + name + "'");
+  } catch (const datasets::DatasetError& e) {
+    throw DatasetRefused(false, e.what());
+  }
+  const auto& m = d->file.meta;
+  if (m.image_size != image_size)
+    throw DatasetRefused(false, "dataset '" + name + "' has " + std::to_string(m.image_size) +
+                                    "-pixel images; the backbone takes " + std::to_string(image_size));
+  for (std::size_t e = 0; e < d->file.episodes.size(); ++e)
+    for (std::int64_t t = 0; t < d->file.episodes[e].steps; ++t) d->index.emplace_back(e, t);
+  if (d->index.empty()) throw DatasetRefused(false, "dataset '" + name + "' has no samples");
+  d->rng.seed(seed);
+  d->bytes = held_bytes(d->file);
+  LoadedDataset out{static_cast<std::uint32_t>(d->file.episodes.size()), d->index.size(), m.state_dim, m.action_dim,
+                    d->bytes};
+  std::lock_guard lk(mu_);
+  fits(d->bytes);  // again, with what it holds in memory (and what others loaded meanwhile)
+  auto& slot = datasets_[tenant][name];
+  if (slot) total_bytes_ -= slot->bytes;
+  slot = std::move(d);
+  total_bytes_ += out.bytes;
+  return out;
+}
+
+SampledBatch DatasetStore::sample(const std::string& tenant, const std::string& name, std::int64_t n,
+                                  std::int64_t chunk, std::int64_t max_tokens) {
+  std::shared_ptr<Dataset> d;
+  {
+    std::lock_guard lk(mu_);
+    auto it = datasets_.find(tenant);
+    if (it != datasets_.end() && it->second.count(name)) d = it->second.at(name);
+  }
+  if (!d) throw DatasetRefused(false, "no dataset '" + name + "' loaded by this tenant");
+  if (n < 1 || n > 4096 || chunk < 1 || chunk > 64) throw std::invalid_argument("batch must be 1..4096 and chunk 1..64");
+  const auto& meta = d->file.meta;
+  SampledBatch b;
+  b.n = n, b.chunk = chunk, b.image_size = meta.image_size, b.max_tokens = max_tokens;
+  b.state_dim = meta.state_dim, b.action_dim = meta.action_dim;
+  const auto hw = static_cast<std::size_t>(meta.image_size);
+  const std::size_t image_bytes = hw * hw * 3, sd = static_cast<std::size_t>(meta.state_dim),
+                    ad = static_cast<std::size_t>(meta.action_dim), T = static_cast<std::size_t>(max_tokens);
+  b.images.resize(static_cast<std::size_t>(n) * image_bytes);
+  b.tokens.resize(static_cast<std::size_t>(n) * T);
+  b.mask.resize(static_cast<std::size_t>(n) * T);
+  b.state.resize(static_cast<std::size_t>(n) * sd);
+  b.actions.resize(static_cast<std::size_t>(n * chunk) * ad);
+  std::lock_guard lk(d->mu);
+  for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
+    const auto [e, t] = d->index[d->rng() % d->index.size()];
+    const auto& ep = d->file.episodes[e];
+    std::memcpy(&b.images[i * image_bytes], ep.images.data() + static_cast<std::size_t>(t) * image_bytes, image_bytes);
+    schema::tokenize_bytes(ep.instruction, &b.tokens[i * T], &b.mask[i * T], max_tokens);
+    std::memcpy(&b.state[i * sd], ep.proprio.data() + static_cast<std::size_t>(t) * sd, sd * sizeof(float));
+    for (std::size_t k = 0; k < static_cast<std::size_t>(chunk); ++k) {
+      const auto step = static_cast<std::size_t>(std::min<std::int64_t>(t + static_cast<std::int64_t>(k), ep.steps - 1));
+      std::memcpy(&b.actions[(i * static_cast<std::size_t>(chunk) + k) * ad], ep.actions.data() + step * ad,
+                  ad * sizeof(float));
+    }
+  }
+  return b;
+}
+
+void DatasetStore::tenant_detached(const std::string& tenant) {
+  std::lock_guard lk(mu_);
+  auto it = datasets_.find(tenant);
+  if (it == datasets_.end()) return;
+  for (const auto& [name, d] : it->second) total_bytes_ -= d->bytes;
+  datasets_.erase(it);
+}
+
+std::uint64_t DatasetStore::bytes() const {
+  std::lock_guard lk(mu_);
+  return total_bytes_;
+}
+
+}  // namespace nexus::env

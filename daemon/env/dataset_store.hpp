@@ -1,0 +1,86 @@
+// Offline datasets (the Environment Service's data side): demonstration files a tenant loaded
+// through a descriptor it opened itself (nexusd never opens a tenant's path), kept per tenant
+// within bounds, and sampled into SFT batches.
+//
+// Bounds (typed refusals, nothing half-loaded): datasets per tenant, bytes per tenant, bytes in
+// all (the file's size is checked before reading it, the loaded size after).
+// Thread safety: every member may be called from any thread; loading reads outside the lock.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "datasets/demo_file.hpp"
+
+namespace nexus::env {
+
+struct DatasetLimits {
+  std::size_t per_tenant = 8;
+  std::uint64_t bytes_per_tenant = 2ull << 30;
+  std::uint64_t bytes_total = 8ull << 30;
+};
+
+// A refusal: the file is not a valid demonstration file (BadDataset) or does not fit a bound.
+class DatasetRefused : public std::runtime_error {
+ public:
+  DatasetRefused(bool over_quota, const std::string& reason) : std::runtime_error(reason), quota_(over_quota) {}
+  bool over_quota() const { return quota_; }
+
+ private:
+  bool quota_;
+};
+
+struct LoadedDataset {
+  std::uint32_t episodes = 0;
+  std::uint64_t samples = 0;   // steps over all episodes
+  std::int64_t state_dim = 0, action_dim = 0;
+  std::uint64_t bytes = 0;     // held in memory
+};
+
+// A batch the daemon sampled: (image, instruction tokens, state, action chunk) per sample, in
+// the layouts the model service reads (images uint8 [n, 1, H, W, 3], tokens int32 and mask uint8
+// [n, T], state float32 [n, state_dim], actions float32 [n, chunk, action_dim]).
+struct SampledBatch {
+  std::int64_t n = 0, chunk = 0, image_size = 0, max_tokens = 0, state_dim = 0, action_dim = 0;
+  std::vector<std::uint8_t> images, mask;
+  std::vector<std::int32_t> tokens;
+  std::vector<float> state, actions;
+};
+
+class DatasetStore {
+ public:
+  explicit DatasetStore(DatasetLimits limits = {}) : limits_(limits) {}
+
+  // Reads the whole file from `fd` (not closed here) as `name` for `tenant` (replacing a dataset
+  // of that name). image_size: the backbone's, which the file must match. Throws DatasetRefused.
+  LoadedDataset load(const std::string& tenant, const std::string& name, int fd, std::uint64_t seed,
+                     std::int64_t image_size);
+  // Samples `batch` steps with `chunk` consecutive actions each (the last action repeats past
+  // an episode's end). Throws DatasetRefused (no such dataset) or std::invalid_argument.
+  SampledBatch sample(const std::string& tenant, const std::string& name, std::int64_t batch, std::int64_t chunk,
+                      std::int64_t max_tokens);
+  void tenant_detached(const std::string& tenant);
+  std::uint64_t bytes() const;
+
+ private:
+  struct Dataset {
+    datasets::DemoFile file;
+    std::vector<std::pair<std::size_t, std::int64_t>> index;  // (episode, step) of every sample
+    std::uint64_t bytes = 0;
+    std::mutex mu;                                          // the sampling RNG
+    std::mt19937_64 rng;
+  };
+  std::uint64_t tenant_bytes(const std::string& tenant, const std::string& except) const;  // holds mu_
+
+  const DatasetLimits limits_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::map<std::string, std::shared_ptr<Dataset>>> datasets_;  // GUARDED_BY(mu_)
+  std::uint64_t total_bytes_ = 0;                                                      // GUARDED_BY(mu_)
+};
+
+}  // namespace nexus::env

@@ -1,0 +1,115 @@
+// What nexusctl reads over the control socket: status (tenants, accounting, jobs), the
+// Prometheus exposition, and job cancellation (root or the job's owner, by SO_PEERCRED).
+#include <unistd.h>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <set>
+
+#include "daemon/ipc/reactor.hpp"
+#include "daemon/log/log.hpp"
+#include "daemon/master/job_wire.hpp"
+#include "daemon/metrics/prometheus.hpp"
+#include "schema/protocol.hpp"
+
+namespace nexus::daemon {
+namespace {
+
+void send_control(int fd, flatbuffers::FlatBufferBuilder& fbb, wire::ControlBody type, flatbuffers::Offset<void> body) {
+  fbb.Finish(wire::CreateControlMessage(fbb, type, body));
+  schema::send_frame(fd, {fbb.GetBufferPointer(), fbb.GetSize()});
+}
+
+}  // namespace
+
+void Reactor::send_status(Connection& c, double usage_since_s) {
+  flatbuffers::FlatBufferBuilder fbb(4096);
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<flatbuffers::Offset<wire::TenantInfo>> tenants;
+  std::set<std::string> attached;
+  for (const auto& [id, s] : sessions_) {
+    attached.insert(s->name);
+    tenants.push_back(wire::CreateTenantInfo(fbb, fbb.CreateString(s->name), s->peer.uid, s->peer.pid, s->session_id,
+                                             s->segment->layout().total_bytes, s->served, s->errors,
+                                             std::chrono::duration<double>(now - s->attached_at).count()));
+  }
+  ServiceStatus st;
+  if (services_) st = services_->status(usage_since_s > 0 ? std::optional<double>(usage_since_s) : std::nullopt);
+  std::vector<flatbuffers::Offset<wire::TenantUsage>> usage;
+  for (const auto& [name, u] : st.usage.tenants) {
+    const auto tw = st.usage.train_wait.count(name) ? st.usage.train_wait.at(name) : metrics::WaitStats{};
+    const auto iw = st.usage.infer_wait.count(name) ? st.usage.infer_wait.at(name) : metrics::WaitStats{};
+    const double weight = st.weights.count(name) ? st.weights.at(name) : 1.0;
+    usage.push_back(wire::CreateTenantUsage(fbb, fbb.CreateString(name), u.train_s, u.infer_s, u.samples, u.steps,
+                                            u.predictions, u.env_steps, tw.p50_us, tw.p99_us, iw.p50_us, iw.p99_us,
+                                            weight, attached.count(name) > 0));
+  }
+  std::vector<flatbuffers::Offset<wire::JobInfo>> jobs;
+  for (const auto& j : st.jobs) jobs.push_back(job_info(fbb, j));
+  const auto version = fbb.CreateString(schema::kDaemonVersion);
+  const auto backbone = fbb.CreateString(st.backbone);
+  const auto tv = fbb.CreateVector(tenants);
+  const auto uv = fbb.CreateVector(usage);
+  const auto jv = fbb.CreateVector(jobs);
+  wire::StatusReplyBuilder r(fbb);
+  r.add_daemon_version(version);
+  r.add_protocol_version(schema::kProtocolVersion);
+  r.add_pid(::getpid());
+  r.add_uptime_s(std::chrono::duration<double>(now - started_).count());
+  r.add_tenants(tv);
+  r.add_message_bytes_copied(message_bytes_copied_);
+  r.add_tensor_bytes_copied(st.input_bytes_packed);  // transport requests copy no tensor data
+  r.add_backbone(backbone);
+  r.add_model_groups(st.groups);
+  r.add_model_requests(st.requests);
+  r.add_model_samples(st.samples);
+  r.add_usage(uv);
+  r.add_usage_wall_s(st.usage.wall_s);
+  r.add_training_busy_s(st.usage.busy_s[0]);
+  r.add_inference_busy_s(st.usage.busy_s[1]);
+  r.add_environment_busy_s(st.usage.busy_s[2]);
+  r.add_jobs(jv);
+  r.add_inference_queued(st.inference_queued);
+  r.add_training_queued(st.training_queued);
+  r.add_slots_resident(st.slots_resident);
+  r.add_slots_evicted(st.slots_evicted);
+  r.add_env_sessions(st.env_sessions);
+  r.add_dataset_bytes(st.dataset_bytes);
+  r.add_rerun_groups(st.rerun_groups);
+  r.add_longest_training_turn_s(st.longest_training_turn_s);
+  send_control(c.fd, fbb, wire::ControlBody::StatusReply, r.Finish().Union());
+}
+
+std::string Reactor::metrics_text() const {
+  metrics::DaemonFacts f;
+  f.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  f.tenants_attached = sessions_.size();
+  f.message_bytes_copied = message_bytes_copied_;
+  if (!services_) return metrics::render_prometheus(f, nullptr);
+  const auto st = services_->status(std::nullopt);
+  return metrics::render_prometheus(f, &st);
+}
+
+void Reactor::send_metrics(Connection& c) {
+  flatbuffers::FlatBufferBuilder fbb(8192);
+  const auto text = fbb.CreateString(metrics_text());
+  send_control(c.fd, fbb, wire::ControlBody::MetricsReply, wire::CreateMetricsReply(fbb, text).Union());
+}
+
+void Reactor::write_metrics_textfile() {
+  next_textfile_ = std::chrono::steady_clock::now() + config_.metrics_interval;
+  if (!metrics::write_textfile(config_.metrics_textfile, metrics_text()))
+    NEXUS_LOG(warn, "metrics_textfile_failed", "path={}", config_.metrics_textfile);
+}
+
+void Reactor::cancel_job(Connection& c, std::uint64_t job) {
+  flatbuffers::FlatBufferBuilder fbb(256);
+  if (!services_) return refuse(c, false, wire::ErrorCode::UnknownJob, "this nexusd runs no jobs");
+  const auto r = services_->cancel_job(job, c.peer.uid);
+  if (!r.ok) return refuse(c, false, r.code, r.state_or_reason);
+  NEXUS_LOG(info, "job_cancel", "job={} by_uid={}", job, c.peer.uid);
+  send_control(c.fd, fbb, wire::ControlBody::CancelJobReply,
+               wire::CreateCancelJobReply(fbb, job, fbb.CreateString(r.state_or_reason)).Union());
+}
+
+}  // namespace nexus::daemon

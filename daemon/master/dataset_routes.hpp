@@ -1,0 +1,27 @@
+// The dataset side of the Master's routing: DatasetLoad (the file comes as the descriptor the
+// tenant opened and sent) into the Environment Service's dataset store, and DatasetSftStep as a
+// batch sampled there and submitted to the model service as an SFT step.
+#pragma once
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "daemon/env/dataset_store.hpp"
+#include "daemon/ipc/service_port.hpp"
+#include "daemon/model/model_service.hpp"
+
+namespace nexus::daemon {
+
+std::vector<std::uint8_t> handle_dataset_load(env::DatasetStore& store, const ServiceRequest& r, std::int64_t image_size);
+
+// Samples the batch and submits the step; `reply` gets the answer's bytes once (now for a
+// refusal, from the executor for the step's result).
+void submit_dataset_sft_step(env::DatasetStore& store, model::ModelService& model, const ServiceRequest& r,
+                             std::function<void(std::vector<std::uint8_t>)> reply);
+
+// An SFT step on a batch the daemon sampled (a job's or a DatasetSftStepRequest's): the request
+// holds the batch alive.
+model::Request sampled_sft_request(const std::string& tenant, std::shared_ptr<const env::SampledBatch> batch,
+                                   std::function<void(model::Result)> done);
+
+}  // namespace nexus::daemon

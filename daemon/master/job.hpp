@@ -1,0 +1,55 @@
+// A job's record inside the JobRegistry (jobs.hpp): what it runs, its state, its thread.
+#pragma once
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/master/jobs.hpp"
+
+namespace nexus::daemon {
+
+struct SftJobSpec {
+  std::string dataset;
+  int steps = 100, batch = 32, chunk = 1;
+};
+
+struct EvalJobSpec {
+  std::string task;
+  std::uint64_t version = 0;  // 0: the latest published
+  int episodes = 50;
+  std::uint64_t seed = 0;
+};
+
+struct JobRegistry::Job {
+  mutable std::mutex mu;
+  JobInfo info;  // GUARDED_BY(mu)
+  uid_t owner = 0;
+  SftJobSpec sft;
+  EvalJobSpec eval;
+  std::atomic<bool> cancelled{false};
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point ended{};  // GUARDED_BY(mu): set when it finished
+  // GUARDED_BY(JobRegistry::mu_):
+  bool admitted = false;  // holds a running place
+  bool exited = false;    // its thread (or RL run) is done and may be joined
+  std::thread thread;                           // sft, eval
+  std::unique_ptr<RlRun, RlRunDeleter> rl;      // rl
+
+  bool terminal() const {
+    std::lock_guard lk(mu);
+    return info.state == "finished" || info.state == "failed" || info.state == "cancelled";
+  }
+};
+
+// RL runs (jobs_rl.cpp): started with the tenant's policy port; progress as a JobInfo.
+std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const wire::RlStartRequest& r,
+                                                  model::ModelService& model, env::EnvService& envs,
+                                                  std::uint64_t& first_version);  // throws std::runtime_error
+void rl_progress(const RlRun& run, JobInfo& info);  // fills state, counts, losses
+void rl_stop(RlRun& run);
+bool rl_finished(const RlRun& run);
+
+}  // namespace nexus::daemon

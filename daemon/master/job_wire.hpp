@@ -1,0 +1,17 @@
+// A job's record on the wire (JobInfo in nexus.fbs): shared by the tenant's JobStatusReply and
+// the control socket's StatusReply.
+#pragma once
+#include <flatbuffers/flatbuffers.h>
+
+#include "daemon/master/service_status.hpp"
+#include "nexus/wire/nexus_generated.h"
+
+namespace nexus::daemon {
+
+inline flatbuffers::Offset<wire::JobInfo> job_info(flatbuffers::FlatBufferBuilder& fbb, const JobInfo& j) {
+  return wire::CreateJobInfo(fbb, j.id, fbb.CreateString(j.tenant), fbb.CreateString(j.kind),
+                             fbb.CreateString(j.state), fbb.CreateString(j.error), j.done, j.total, j.loss,
+                             j.success_rate, j.mean_return, j.version, j.seconds);
+}
+
+}  // namespace nexus::daemon

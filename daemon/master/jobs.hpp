@@ -1,0 +1,95 @@
+// Jobs: a tenant's intent turned into work the daemon drives, readable and cancellable at any
+// time (nexusctl jobs / cancel; JobStatusRequest):
+//   sft   N steps on a dataset the tenant loaded: batches sampled by the daemon, each an SFT
+//         step on the Training Queue like the tenant's own.
+//   eval  M episodes of a published version (pinned while it runs; the latest by default, never
+//         the live head) in the Environment Service, actions from the Inference Queue.
+//   rl    PPO/GRPO (daemon/rl): rollouts and updates on the tenant's slot.
+// States: queued (waiting for a place: at most max_running_per_tenant of a tenant's jobs and
+// max_running in all run at once), running, finished, failed (with its reason), cancelled.
+// A tenant's jobs are cancelled when it detaches. Tenant-driven requests go on beside them.
+//
+// Thread safety: every member may be called from any thread and never blocks on a job; jobs
+// run on their own threads, which the registry joins (a reaper; and the destructor).
+#pragma once
+#include <sys/types.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/env/dataset_store.hpp"
+#include "daemon/env/env_service.hpp"
+#include "daemon/master/service_status.hpp"
+#include "daemon/model/model_service.hpp"
+#include "nexus/wire/nexus_generated.h"
+
+namespace nexus::daemon {
+
+struct JobLimits {
+  int max_running_per_tenant = 2;
+  int max_running = 16;
+  std::size_t finished_kept = 256;  // finished jobs kept for `nexusctl jobs`
+};
+
+struct JobRefused {
+  wire::ErrorCode code;
+  std::string reason;
+};
+
+class RlRun;  // jobs_rl.cpp (LibTorch): an RL job in progress
+struct RlRunDeleter {
+  void operator()(RlRun* run) const;
+};
+
+class JobRegistry {
+ public:
+  JobRegistry(model::ModelService& model, env::EnvService& envs, env::DatasetStore& datasets, JobLimits limits);
+  ~JobRegistry();  // cancels and joins every job
+  JobRegistry(const JobRegistry&) = delete;
+  JobRegistry& operator=(const JobRegistry&) = delete;
+
+  // A job id, or why it cannot start (bad spec, one RL job per tenant at a time).
+  std::variant<std::uint64_t, JobRefused> start(const std::string& tenant, uid_t owner, const wire::JobSpec& spec);
+  // RL jobs keep their own request (RlStartRequest): the job id and the starting version.
+  std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> start_rl(const std::string& tenant, uid_t owner,
+                                                                            const wire::RlStartRequest& r);
+
+  std::vector<JobInfo> list(const std::optional<std::string>& tenant = std::nullopt) const;
+  std::optional<JobInfo> find(std::uint64_t id) const;
+  std::optional<JobInfo> latest_rl(const std::string& tenant) const;
+  // Cancels a job if `tenant` owns it (or, tenant empty, `requester` is root or its owner).
+  std::variant<JobInfo, JobRefused> cancel(std::uint64_t id, const std::string& tenant, uid_t requester);
+  void tenant_detached(const std::string& tenant);
+
+ private:
+  struct Job;
+  std::uint64_t add(std::unique_ptr<Job> job);  // holds mu_
+  void run_sft(Job& job);                        // the job's thread
+  void run_eval(Job& job);
+  bool admit(Job& job);                          // waits for a place; false if cancelled meanwhile
+  void finish(Job& job, const std::string& state, const std::string& error);
+  static JobInfo info_of(const Job& job);        // holds job's lock
+  void reap();                                   // the reaper thread
+
+  model::ModelService& model_;
+  env::EnvService& envs_;
+  env::DatasetStore& datasets_;
+  const JobLimits limits_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;                        // admissions and the reaper
+  std::map<std::uint64_t, std::unique_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
+  std::uint64_t next_id_ = 1;                         // GUARDED_BY(mu_)
+  bool stop_ = false;                                 // GUARDED_BY(mu_)
+  std::thread reaper_;
+};
+
+}  // namespace nexus::daemon

@@ -1,0 +1,193 @@
+// The Master's routing (see master.hpp): model requests straight to the model service, the rest
+// onto the tenant's lane.
+#include "daemon/master/master.hpp"
+
+#include <mutex>
+
+#include "daemon/master/dataset_routes.hpp"
+#include "daemon/master/env_routes.hpp"
+#include "daemon/master/master_impl.hpp"
+#include "daemon/master/model_routes.hpp"
+#include "daemon/master/wire_replies.hpp"
+
+namespace nexus::daemon {
+
+Master::Impl::Impl(const MasterConfig& c, Completion done)
+    : config(c),
+      complete(std::move(done)),
+      accounting(std::make_shared<metrics::Accounting>()),
+      model(c.model, accounting),
+      envs(c.env, env::session_factory(c.external_envs, c.external_timeouts), accounting.get()),
+      datasets(c.datasets),
+      jobs(model, envs, datasets, c.jobs) {
+  accounting->record_timeline(c.record_timeline);
+}
+
+bool Master::Impl::charge(std::uint64_t session, const std::string& tenant, std::uint64_t bytes) {
+  std::lock_guard lk(memory_mu);
+  std::uint64_t total = 0;
+  for (const auto& [s, held] : memory)
+    if (held.first == tenant) total += held.second;
+  if (total + bytes > config.request_bytes_per_tenant) return false;
+  auto& held = memory[session];
+  held.first = tenant;
+  held.second += bytes;
+  return true;
+}
+
+void Master::Impl::release(std::uint64_t session, std::uint64_t bytes) {
+  std::lock_guard lk(memory_mu);
+  auto it = memory.find(session);
+  if (it == memory.end()) return;  // the tenant left: its charges went with it
+  it->second.second -= std::min(bytes, it->second.second);
+}
+
+Master::Master(const MasterConfig& config, Completion complete)
+    : impl_(std::make_unique<Impl>(config, std::move(complete))) {}
+
+Master::~Master() = default;
+
+void Master::submit(ServiceRequest r) {
+  Impl* impl = impl_.get();
+  // What the request holds while it waits: its message, and the batch a dataset step samples.
+  std::uint64_t bytes = r.message.size();
+  if (r.type == wire::Body::DatasetSftStepRequest) {
+    const auto& bb = impl->model.backbone();
+    const auto n = static_cast<std::uint64_t>(
+        std::max(0, wire::GetMessage(r.message.data())->body_as_DatasetSftStepRequest()->batch()));
+    bytes += n * static_cast<std::uint64_t>(bb.image_size * bb.image_size * 3 + bb.max_tokens * 5);
+  }
+  const auto session = r.session_id, id = r.request_id;
+  if (!impl->charge(session, r.tenant, bytes))
+    return impl->complete(session, error_reply(id, wire::ErrorCode::QuotaExceeded,
+                                               "this tenant's queued requests hold over " +
+                                                   std::to_string(impl->config.request_bytes_per_tenant >> 20) +
+                                                   " MiB ([daemon] request_mib_per_tenant): wait for replies"));
+  auto answer = [impl, session, bytes](std::vector<std::uint8_t> reply) {
+    impl->release(session, bytes);
+    impl->complete(session, std::move(reply));
+  };
+  if (is_model_request(r.type)) {
+    auto m = to_model_request(r, [answer, id](model::Result res) { answer(model_reply(id, res)); });
+    if (auto* e = std::get_if<ModelRouteError>(&m)) return answer(error_reply(id, e->code, e->reason));
+    impl->model.submit(std::move(std::get<model::Request>(m)));
+    return;
+  }
+  const std::string tenant = r.tenant;
+  auto shared = std::make_shared<ServiceRequest>(std::move(r));
+  impl->lanes.post(tenant, [impl, shared, answer] { impl->on_lane(*shared, answer); });
+}
+
+// A tenant's blocking work, in order, on its own lane.
+void Master::Impl::on_lane(const ServiceRequest& r, const std::function<void(std::vector<std::uint8_t>)>& answer) {
+  if (!r.alive->load()) return;  // the tenant left before its turn
+  const auto image_size = static_cast<int>(model.backbone().image_size);
+  const auto* msg = wire::GetMessage(r.message.data());
+  switch (r.type) {
+    case wire::Body::DatasetLoadRequest: return answer(handle_dataset_load(datasets, r, image_size));
+    case wire::Body::DatasetSftStepRequest: return submit_dataset_sft_step(datasets, model, r, answer);
+    case wire::Body::RlStartRequest: {
+      auto started = jobs.start_rl(r.tenant, r.uid, *msg->body_as_RlStartRequest());
+      if (auto* refused = std::get_if<JobRefused>(&started))
+        return answer(error_reply(r.request_id, refused->code, refused->reason));
+      flatbuffers::FlatBufferBuilder fbb(64);
+      const auto first = std::get<std::pair<std::uint64_t, std::uint64_t>>(started).second;
+      return answer(finish_reply(fbb, r.request_id, wire::Body::RlStartReply, wire::CreateRlStartReply(fbb, first).Union()));
+    }
+    case wire::Body::RlStatusRequest: return answer(rl_status(r, msg->body_as_RlStatusRequest()->stop()));
+    case wire::Body::JobStartRequest: {
+      auto started = jobs.start(r.tenant, r.uid, *msg->body_as_JobStartRequest()->spec());
+      if (auto* refused = std::get_if<JobRefused>(&started))
+        return answer(error_reply(r.request_id, refused->code, refused->reason));
+      flatbuffers::FlatBufferBuilder fbb(64);
+      return answer(finish_reply(fbb, r.request_id, wire::Body::JobStartReply,
+                                 wire::CreateJobStartReply(fbb, std::get<std::uint64_t>(started)).Union()));
+    }
+    case wire::Body::JobStatusRequest: return answer(job_status(r, *msg->body_as_JobStatusRequest()));
+    default:
+      if (is_env_request(r.type)) return answer(handle_env_request(envs, r, image_size));
+      return answer(error_reply(r.request_id, wire::ErrorCode::Internal, "no service takes this request"));
+  }
+}
+
+std::vector<std::uint8_t> Master::Impl::rl_status(const ServiceRequest& r, bool stop) {
+  auto job = jobs.latest_rl(r.tenant);
+  if (!job) return error_reply(r.request_id, wire::ErrorCode::JobFailed, "this tenant has no RL job");
+  if (stop) {
+    auto after = jobs.cancel(job->id, r.tenant, r.uid);
+    if (auto* info = std::get_if<JobInfo>(&after)) job = *info;
+  }
+  // RL's own state names: running, done, failed, stopped.
+  const std::string state = job->state == "finished" ? "done" : job->state == "cancelled" ? "stopped" : job->state;
+  flatbuffers::FlatBufferBuilder fbb(256);
+  const auto& rl = job->rl;
+  auto body = wire::CreateRlStatusReply(fbb, fbb.CreateString(state), fbb.CreateString(job->error),
+                                        static_cast<std::int32_t>(job->done), job->version, rl.first_version,
+                                        rl.env_steps, rl.episodes, job->success_rate, job->mean_return, job->loss,
+                                        rl.value_loss, rl.entropy, rl.records_dropped, rl.records_downweighted,
+                                        job->seconds);
+  return finish_reply(fbb, r.request_id, wire::Body::RlStatusReply, body.Union());
+}
+
+std::vector<std::uint8_t> Master::Impl::job_status(const ServiceRequest& r, const wire::JobStatusRequest& q) {
+  std::vector<JobInfo> found;
+  if (q.job() == 0) {
+    for (const auto& j : jobs.list(r.tenant))
+      found.push_back(q.cancel() ? std::get<JobInfo>(jobs.cancel(j.id, r.tenant, r.uid)) : j);
+  } else {
+    auto job = q.cancel() ? jobs.cancel(q.job(), r.tenant, r.uid) : [&]() -> std::variant<JobInfo, JobRefused> {
+      auto j = jobs.find(q.job());
+      if (!j || j->tenant != r.tenant) return JobRefused{wire::ErrorCode::UnknownJob, "no job " + std::to_string(q.job()) + " of yours"};
+      return *j;
+    }();
+    if (auto* refused = std::get_if<JobRefused>(&job)) return error_reply(r.request_id, refused->code, refused->reason);
+    found.push_back(std::get<JobInfo>(job));
+  }
+  flatbuffers::FlatBufferBuilder fbb(256 + 128 * found.size());
+  std::vector<flatbuffers::Offset<wire::JobInfo>> infos;
+  for (const auto& j : found) infos.push_back(job_info(fbb, j));
+  return finish_reply(fbb, r.request_id, wire::Body::JobStatusReply,
+                      wire::CreateJobStatusReply(fbb, fbb.CreateVector(infos)).Union());
+}
+
+void Master::tenant_attached(const std::string& tenant) { impl_->model.tenant_attached(tenant); }
+
+void Master::tenant_detached(const std::string& tenant) {
+  // Nobody waits for the tenant's answers any more: its lane's queue, jobs, sessions, datasets
+  // and request charges go; its slot stays (for a reattach) until the idle eviction.
+  impl_->lanes.close(tenant);
+  impl_->jobs.tenant_detached(tenant);
+  impl_->model.tenant_detached(tenant);
+  impl_->envs.tenant_detached(tenant);
+  impl_->datasets.tenant_detached(tenant);
+  std::lock_guard lk(impl_->memory_mu);
+  for (auto it = impl_->memory.begin(); it != impl_->memory.end();)
+    it = it->second.first == tenant ? impl_->memory.erase(it) : std::next(it);
+}
+
+ServiceStatus Master::status(std::optional<double> usage_since_s) const {
+  const auto m = impl_->model.stats();
+  ServiceStatus s;
+  s.backbone = impl_->model.backbone().name;
+  s.groups = m.groups, s.requests = m.grouped_requests, s.samples = m.samples;
+  s.input_bytes_packed = m.input_bytes_packed, s.rerun_groups = m.rerun_groups;
+  s.inference_queued = m.inference_queued, s.training_queued = m.training_queued;
+  s.slots_resident = m.slots_resident, s.slots_evicted = m.slots_evicted;
+  s.longest_training_turn_s = m.longest_training_turn_s;
+  s.env_sessions = impl_->envs.sessions();
+  s.dataset_bytes = impl_->datasets.bytes();
+  s.usage = impl_->accounting->snapshot(usage_since_s);
+  for (const auto& [name, p] : impl_->config.model.tenants) s.weights[name] = p.weight;
+  s.jobs = impl_->jobs.list();
+  return s;
+}
+
+ServicePort::CancelResult Master::cancel_job(std::uint64_t job, uid_t requester) {
+  auto r = impl_->jobs.cancel(job, "", requester);
+  if (auto* refused = std::get_if<JobRefused>(&r)) return {false, refused->code, refused->reason};
+  return {true, wire::ErrorCode::None, std::get<JobInfo>(r).state};
+}
+
+std::vector<metrics::Interval> Master::timeline() const { return impl_->accounting->timeline(); }
+
+}  // namespace nexus::daemon

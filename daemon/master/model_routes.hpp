@@ -1,0 +1,27 @@
+// The model side of the Master's routing: a tenant's verified wire request turned into a typed
+// model request whose tensors point into the tenant's client arena (each reference checked
+// against the arena's size, which the daemon holds privately), and back.
+#pragma once
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "daemon/ipc/service_port.hpp"
+#include "daemon/model/model_service.hpp"
+
+namespace nexus::daemon {
+
+bool is_model_request(wire::Body type);
+
+// The typed request for `r` (done: what to call with its result), or the reason it has none.
+struct ModelRouteError {
+  wire::ErrorCode code;
+  std::string reason;
+};
+std::variant<model::Request, ModelRouteError> to_model_request(const ServiceRequest& r,
+                                                               std::function<void(model::Result)> done);
+
+// A host tensor over `bytes` of memory that `r.segment` keeps mapped, or the reason not.
+std::optional<model::HostTensor> arena_tensor(const ServiceRequest& r, const wire::TensorRef* ref, std::string& why);
+
+}  // namespace nexus::daemon

@@ -1,0 +1,44 @@
+// What the services report for `nexusctl` (status, tenants, jobs, usage, top, metrics): the
+// model service's counters, per-tenant accounting, and every job. Torch-free: the reactor
+// turns it into the StatusReply and the Prometheus exposition.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "daemon/metrics/accounting.hpp"
+
+namespace nexus::daemon {
+
+struct JobInfo {
+  std::uint64_t id = 0;
+  std::string tenant;
+  std::string kind;          // sft, eval, rl
+  std::string state;         // queued, running, finished, failed, cancelled
+  std::string error;         // why it failed
+  std::int64_t done = 0, total = 0;  // steps, episodes or updates
+  double loss = 0;           // sft: the last step's; rl: the policy loss
+  double success_rate = 0;   // eval: over the episodes run; rl: recent training episodes
+  double mean_return = 0;
+  std::uint64_t version = 0; // eval: the version evaluated; rl: the latest published
+  double seconds = 0;        // running time so far
+  struct Rl {                // rl jobs only
+    std::uint64_t first_version = 0, env_steps = 0, episodes = 0, records_dropped = 0, records_downweighted = 0;
+    double value_loss = 0, entropy = 0;
+  } rl;
+};
+
+struct ServiceStatus {
+  std::string backbone;                  // empty without a model service
+  std::uint64_t groups = 0, requests = 0, samples = 0, input_bytes_packed = 0, rerun_groups = 0;
+  std::uint64_t inference_queued = 0, training_queued = 0;
+  std::uint64_t slots_resident = 0, slots_evicted = 0;
+  std::uint64_t env_sessions = 0, dataset_bytes = 0;
+  double longest_training_turn_s = 0;
+  metrics::Snapshot usage;
+  std::map<std::string, double> weights;  // configured tenants' fair-share weights
+  std::vector<JobInfo> jobs;
+};
+
+}  // namespace nexus::daemon

@@ -1,0 +1,125 @@
+#include "daemon/metrics/prometheus.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+namespace nexus::metrics {
+namespace {
+
+// Tenant names are [A-Za-z0-9._-] (the registry refuses others); label values are escaped
+// anyway, as the format asks: backslash, double quote and newline.
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\', out += c;
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+class Writer {
+ public:
+  void family(const char* name, const char* type, const char* help) {
+    os_ << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  }
+  void sample(const std::string& name, const std::string& labels, double value) {
+    os_ << name;
+    if (!labels.empty()) os_ << '{' << labels << '}';
+    char buf[64];
+    std::snprintf(buf, sizeof buf, " %.9g\n", value);
+    os_ << buf;
+  }
+  std::string str() const { return os_.str(); }
+
+ private:
+  std::ostringstream os_;
+};
+
+}  // namespace
+
+std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus* s) {
+  Writer w;
+  w.family("nexus_uptime_seconds", "gauge", "Seconds since nexusd started.");
+  w.sample("nexus_uptime_seconds", "", f.uptime_s);
+  w.family("nexus_tenants_attached", "gauge", "Tenants attached now.");
+  w.sample("nexus_tenants_attached", "", static_cast<double>(f.tenants_attached));
+  w.family("nexus_message_bytes_copied_total", "counter", "Request bytes copied out of tenants' rings.");
+  w.sample("nexus_message_bytes_copied_total", "", static_cast<double>(f.message_bytes_copied));
+  if (!s) return w.str();
+
+  const auto& u = s->usage;
+  w.family("nexus_backbone_passes_total", "counter", "Group backbone forward passes.");
+  w.sample("nexus_backbone_passes_total", "", static_cast<double>(s->groups));
+  w.family("nexus_model_requests_total", "counter", "SFT and predict requests served by group passes.");
+  w.sample("nexus_model_requests_total", "", static_cast<double>(s->requests));
+  w.family("nexus_model_samples_total", "counter", "Samples through the backbone.");
+  w.sample("nexus_model_samples_total", "", static_cast<double>(s->samples));
+  w.family("nexus_group_reruns_total", "counter", "Group passes that failed and were re-run member by member.");
+  w.sample("nexus_group_reruns_total", "", static_cast<double>(s->rerun_groups));
+  w.family("nexus_queue_depth", "gauge", "Requests waiting in the model service's queues.");
+  w.sample("nexus_queue_depth", "queue=\"inference\"", static_cast<double>(s->inference_queued));
+  w.sample("nexus_queue_depth", "queue=\"training\"", static_cast<double>(s->training_queued));
+  w.family("nexus_slots", "gauge", "Tenant slots, resident in memory or evicted to their checkpoint.");
+  w.sample("nexus_slots", "state=\"resident\"", static_cast<double>(s->slots_resident));
+  w.sample("nexus_slots", "state=\"evicted\"", static_cast<double>(s->slots_evicted));
+  w.family("nexus_env_sessions", "gauge", "Open simulator sessions.");
+  w.sample("nexus_env_sessions", "", static_cast<double>(s->env_sessions));
+  w.family("nexus_dataset_bytes", "gauge", "Bytes of demonstration datasets held.");
+  w.sample("nexus_dataset_bytes", "", static_cast<double>(s->dataset_bytes));
+
+  w.family("nexus_service_busy_seconds_total", "counter", "Time each service spent working.");
+  for (int i = 0; i < kServices; ++i)
+    w.sample("nexus_service_busy_seconds_total", std::string("service=\"") + service_name(static_cast<Service>(i)) + "\"",
+             u.busy_s[i]);
+  w.family("nexus_service_utilization", "gauge", "Busy time over wall time since the start, per service.");
+  for (int i = 0; i < kServices; ++i)
+    w.sample("nexus_service_utilization", std::string("service=\"") + service_name(static_cast<Service>(i)) + "\"",
+             u.wall_s > 0 ? u.busy_s[i] / u.wall_s : 0);
+
+  w.family("nexus_tenant_compute_seconds_total", "counter",
+           "Compute-seconds charged to a tenant: its share of group passes plus its own head and optimizer time.");
+  for (const auto& [name, t] : u.tenants) {
+    w.sample("nexus_tenant_compute_seconds_total", "tenant=\"" + label(name) + "\",queue=\"training\"", t.train_s);
+    w.sample("nexus_tenant_compute_seconds_total", "tenant=\"" + label(name) + "\",queue=\"inference\"", t.infer_s);
+  }
+  const std::pair<const char*, std::uint64_t TenantUsage::*> counters[] = {
+      {"nexus_tenant_samples_total", &TenantUsage::samples}, {"nexus_tenant_steps_total", &TenantUsage::steps},
+      {"nexus_tenant_predictions_total", &TenantUsage::predictions},
+      {"nexus_tenant_env_steps_total", &TenantUsage::env_steps}};
+  for (const auto& [metric, field] : counters) {
+    w.family(metric, "counter", "Per-tenant count (samples, optimizer steps, predictions, environment steps).");
+    for (const auto& [name, t] : u.tenants) w.sample(metric, "tenant=\"" + label(name) + "\"", static_cast<double>(t.*field));
+  }
+  w.family("nexus_tenant_queue_wait_seconds", "summary", "Queue wait of a tenant's recent requests.");
+  for (const auto& [queue, waits] : {std::pair{"training", &u.train_wait}, std::pair{"inference", &u.infer_wait}})
+    for (const auto& [name, ws] : *waits) {
+      const auto base = "tenant=\"" + label(name) + "\",queue=\"" + queue + "\"";
+      w.sample("nexus_tenant_queue_wait_seconds", base + ",quantile=\"0.5\"", ws.p50_us / 1e6);
+      w.sample("nexus_tenant_queue_wait_seconds", base + ",quantile=\"0.99\"", ws.p99_us / 1e6);
+      w.sample("nexus_tenant_queue_wait_seconds_sum", base, ws.sum_us / 1e6);
+      w.sample("nexus_tenant_queue_wait_seconds_count", base, static_cast<double>(ws.count));
+    }
+  std::map<std::string, int> states;
+  for (const auto& j : s->jobs) ++states[j.state];
+  w.family("nexus_jobs", "gauge", "Jobs by state (finished ones are kept for a while).");
+  for (const char* st : {"queued", "running", "finished", "failed", "cancelled"})
+    w.sample("nexus_jobs", std::string("state=\"") + st + "\"", states[st]);
+  return w.str();
+}
+
+bool write_textfile(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out.flush()) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace nexus::metrics

@@ -1,0 +1,155 @@
+#include "daemon/model/group_executor.hpp"
+
+#include "daemon/log/log_text.hpp"
+
+namespace nexus::model::detail {
+
+using daemon::log_text;
+using daemon::LogLevel;
+namespace {
+
+void answer(Bound& b, Result r) { std::get<TenantWork>(*b.work).request.done(std::move(r)); }
+
+}  // namespace
+
+GroupExecutor::GroupExecutor(Backbone& backbone, SlotRegistry& slots, CostModel cost, bool deterministic,
+                             metrics::Accounting* accounting, ModelStats& stats, std::mutex& stats_mu)
+    : backbone_(backbone),
+      slots_(slots),
+      cost_(cost),
+      deterministic_(deterministic),
+      accounting_(accounting),
+      stats_(stats),
+      stats_mu_(stats_mu) {}
+
+std::map<std::string, double> GroupExecutor::run(std::vector<Work>& group, metrics::Service service) {
+  std::map<std::string, double> charged;
+  std::vector<Bound> bound;
+  bound.reserve(group.size());
+  for (auto& w : group) {
+    if (cancelled(w)) continue;  // its tenant left: nobody to answer
+    SlotEntry* slot = slots_.find(tenant_of(w));
+    if (!slot) {
+      fail(w, Fault::NotRegistered, "register the tenant (head and data schema) first");
+      continue;
+    }
+    Bound b;
+    if (auto f = bind(w, *slot, backbone_.config(), cost_, b)) {
+      fail(w, f->fault, f->reason);
+      continue;
+    }
+    bound.push_back(std::move(b));
+  }
+  if (bound.empty()) return charged;
+  if (!deterministic_) {
+    pass(bound, service, charged);
+    return charged;
+  }
+  // Deterministic mode: each request gets a backbone pass of its own, so its features are
+  // computed by exactly the same operations on exactly the same shapes whoever else is queued.
+  // The price is the grouping itself (nexus-bench group measures it): see docs/design/model.md.
+  for (auto& b : bound) pass({&b, 1}, service, charged);
+  return charged;
+}
+
+bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::string& error) {
+  std::vector<torch::Tensor> images, tokens, masks;
+  for (auto& b : bound) images.push_back(b.images), tokens.push_back(b.tokens), masks.push_back(b.mask);
+  try {
+    torch::NoGradGuard no_grad;
+    auto img = torch::cat(images);  // the one copy of the images: packing the group batch
+    features = backbone_.forward(img, torch::cat(tokens), torch::cat(masks));
+    std::lock_guard lk(stats_mu_);
+    // images, tokens (int32) and mask (one byte) of every sample, packed once
+    stats_.input_bytes_packed += static_cast<std::uint64_t>(img.numel()) +
+                                 static_cast<std::uint64_t>(img.size(0) * 5 * backbone_.config().max_tokens);
+    return true;
+  } catch (const std::exception& e) {
+    error = e.what();
+    return false;
+  }
+}
+
+void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, std::map<std::string, double>& charged) {
+  const auto t0 = sched::Clock::now();
+  VLAFeature features;
+  std::string error;
+  if (!forward(bound, features, error)) {
+    if (bound.size() > 1) {  // find the member it fails on; the others go on alone
+      {
+        std::lock_guard lk(stats_mu_);
+        ++stats_.rerun_groups;
+      }
+      log_text(LogLevel::Warn, "group_rerun", "members=" + std::to_string(bound.size()) + " reason=\"" + error + "\"");
+      for (auto& b : bound) pass({&b, 1}, service, charged);
+      return;
+    }
+    fail(*bound[0].work, Fault::Internal, "backbone: " + error);
+    return;
+  }
+  const auto t1 = sched::Clock::now();
+  const double backbone_s = std::chrono::duration<double>(t1 - t0).count();
+  std::int64_t samples = 0;
+  for (auto& b : bound) samples += b.n;
+  {
+    // Counted before any reply goes out: a tenant that has its answer sees it in the status.
+    std::lock_guard lk(stats_mu_);
+    stats_.groups += 1;
+    stats_.grouped_requests += bound.size();
+    stats_.samples += static_cast<std::uint64_t>(samples);
+    stats_.backbone_seconds += backbone_s;
+  }
+  // Partition: each member gets narrow() views of the group's features, no copy.
+  std::int64_t offset = 0;
+  for (auto& b : bound) {
+    VLAFeature f{features.tokens.narrow(0, offset, b.n), features.pooled.narrow(0, offset, b.n),
+                 features.mask.narrow(0, offset, b.n)};
+    offset += b.n;
+    const auto h0 = sched::Clock::now();
+    run_head(b, f);
+    const double head_s = std::chrono::duration<double>(sched::Clock::now() - h0).count();
+    const double seconds = backbone_s * static_cast<double>(b.n) / static_cast<double>(samples) + head_s;
+    charged[b.tenant] += seconds;
+    if (accounting_) {
+      const bool sft = b.kind == Bound::Kind::Sft;
+      accounting_->charge(b.tenant, service, seconds, static_cast<std::uint64_t>(b.n), sft ? 1 : 0, sft ? 0 : 1);
+    }
+    std::lock_guard lk(stats_mu_);
+    stats_.head_seconds += head_s;
+  }
+}
+
+// A head's failure is its tenant's alone: typed error, the group's others go on.
+void GroupExecutor::run_head(Bound& b, const VLAFeature& f) {
+  TenantSlot& slot = *b.slot->trainer;
+  if (b.kind == Bound::Kind::Act) {
+    auto& act = std::get<ActWork>(*b.work);
+    try {
+      auto a = slot.act(f, b.state);
+      act.done.set_value({f.pooled.clone(), a.actions, a.log_prob, a.version});
+    } catch (const std::exception& e) {
+      fail(*b.work, Fault::Internal, e.what());
+    }
+    return;
+  }
+  try {
+    if (b.kind == Bound::Kind::Sft) {
+      const auto r = slot.sft_step(f, b.state, b.actions);
+      answer(b, Stepped{r.loss, r.grad_norm, static_cast<std::uint64_t>(r.step)});
+    } else {
+      auto a = slot.predict(f, b.state, b.version).contiguous();
+      Predicted p;
+      p.shape = a.sizes().vec();
+      p.actions.assign(a.data_ptr<float>(), a.data_ptr<float>() + a.numel());
+      answer(b, std::move(p));
+    }
+  } catch (const SlotError& e) {
+    fail(*b.work, Fault::BadBatch, e.what());
+  } catch (const std::out_of_range& e) {
+    fail(*b.work, Fault::UnknownVersion, e.what());
+  } catch (const std::exception& e) {
+    fail(*b.work, Fault::Internal, e.what());
+  }
+}
+
+}  // namespace nexus::model::detail

@@ -1,0 +1,47 @@
+// One group pass: bind each member to its slot, pack the group, run the backbone once,
+// partition the features (narrow() views, no copy), and run each member's head.
+//
+// Isolation: a member that fails binding, or whose head throws, fails alone (typed error). If the
+// grouped backbone pass itself throws, it is re-run member by member, so that only the member
+// it fails on is answered with the error.
+// Accounting: the pass's backbone time is charged to the members by their share of samples;
+// each head's time to its own tenant.
+//
+// Thread safety: the executor thread only.
+#pragma once
+#include <map>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "daemon/metrics/accounting.hpp"
+#include "daemon/model/request_binding.hpp"
+#include "daemon/model/slot_registry.hpp"
+
+namespace nexus::model::detail {
+
+class GroupExecutor {
+ public:
+  GroupExecutor(Backbone& backbone, SlotRegistry& slots, CostModel cost, bool deterministic,
+                metrics::Accounting* accounting, ModelStats& stats, std::mutex& stats_mu);
+
+  // Answers every live member of `group` exactly once (errors included). Returns the
+  // compute-seconds charged to each tenant.
+  std::map<std::string, double> run(std::vector<Work>& group, metrics::Service service);
+
+ private:
+  void pass(std::span<Bound> bound, metrics::Service service, std::map<std::string, double>& charged);
+  bool forward(std::span<Bound> bound, VLAFeature& features, std::string& error);
+  void run_head(Bound& b, const VLAFeature& f);
+
+  Backbone& backbone_;
+  SlotRegistry& slots_;
+  const CostModel cost_;
+  const bool deterministic_;
+  metrics::Accounting* accounting_;
+  ModelStats& stats_;
+  std::mutex& stats_mu_;
+};
+
+}  // namespace nexus::model::detail

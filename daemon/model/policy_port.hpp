@@ -1,0 +1,36 @@
+// What an RL job needs of the model service (ModelService::policy_port): acting on the
+// Inference Queue, grouped with everyone's requests, and update work on the Training Queue,
+// one minibatch per turn, charged to the tenant like its SFT steps.
+//
+// Thread safety: act() and with_slot() may be called from any thread; they block until done and
+// throw std::runtime_error with the model service's reason on failure (or when cancelled).
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "daemon/model/tenant_slot.hpp"
+
+namespace nexus::model {
+
+class PolicyPort {
+ public:
+  virtual ~PolicyPort() = default;
+  struct Acted {
+    torch::Tensor pooled;    // [n, D] (owned: not a view of a group's batch)
+    torch::Tensor actions;   // [n, chunk, A]
+    torch::Tensor log_prob;  // [n]
+    std::uint64_t version = 0;
+  };
+  // images uint8 [n, 1, H, W, 3], tokens int32 [n, T], mask uint8 [n, T], state float [n, S].
+  virtual Acted act(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask,
+                    const torch::Tensor& state) = 0;
+  // Runs fn on the tenant's slot where slots are touched (the model service's executor).
+  virtual void with_slot(const std::function<void(TenantSlot&)>& fn) = 0;
+  virtual std::int64_t image_size() const = 0;
+  virtual std::int64_t max_tokens() const = 0;
+  virtual std::int64_t feature_dim() const = 0;
+};
+
+}  // namespace nexus::model

@@ -1,0 +1,128 @@
+#include "daemon/model/request_binding.hpp"
+
+#include "daemon/model/slot_registry.hpp"
+
+namespace nexus::model::detail {
+namespace {
+
+torch::ScalarType scalar(DType d) {
+  return d == DType::UInt8 ? torch::kUInt8 : d == DType::Int32 ? torch::kInt32 : torch::kFloat32;
+}
+const char* dtype_name(DType d) { return d == DType::UInt8 ? "uint8" : d == DType::Int32 ? "int32" : "float32"; }
+
+// A view of the tensor where it lies, if dtype and shape are as required; else the reason.
+std::string view(const HostTensor& t, const char* name, DType dtype, const std::vector<std::int64_t>& shape,
+                 torch::Tensor& out) {
+  if (!t.present() || t.dtype != dtype || t.shape != shape) {
+    std::string want = std::string(name) + " must be " + dtype_name(dtype) + " [";
+    for (std::size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
+    return want + "]";
+  }
+  // Read only; the caller checked the bytes lie inside the memory the request keeps alive.
+  out = torch::from_blob(const_cast<void*>(t.data), shape, torch::TensorOptions().dtype(scalar(dtype)));
+  return "";
+}
+
+std::int64_t head_parameters(const HeadSpec& s, std::int64_t d) {
+  const std::int64_t in = d + s.state_dim, out = s.chunk * s.action_dim, h = s.hidden;
+  std::int64_t p = in * h + h * h + h * out;  // the MLP trunk every head has
+  if (s.kind == "flow") p += 2 * d * d + out * h;  // attention pooling and the noisy chunk's input
+  return p;
+}
+
+}  // namespace
+
+CostModel make_cost_model(Backbone& backbone, const BackboneConfig& c, double budget_gflop, bool builtin) {
+  (void)backbone;
+  // A transformer's forward costs about 2 x parameters x tokens FLOPs; the built-in one has
+  // 12 x dim^2 parameters per layer (attention 4 d^2, MLP 2 x ratio x d^2 with ratio 4).
+  const double per_layer = static_cast<double>((4 + 2 * c.mlp_ratio) * c.dim * c.dim);
+  const double params = per_layer * static_cast<double>(c.layers);
+  const double tokens = static_cast<double>(c.sequence_length(c.max_views));
+  return {2.0 * params * tokens / 1e9, budget_gflop, builtin ? kByteVocabulary : 0};
+}
+
+double head_gflop(const HeadSpec& spec, std::int64_t feature_dim, std::int64_t n, bool training) {
+  double per_sample = 2.0 * static_cast<double>(head_parameters(spec, feature_dim));
+  if (training) per_sample *= 3;  // forward and backward
+  else if (spec.kind == "flow") per_sample *= static_cast<double>(spec.flow_steps);
+  return per_sample * static_cast<double>(n) / 1e9;
+}
+
+std::optional<Failure> check_registration(const op::Register& r, const BackboneConfig& bb) {
+  const auto& h = r.head;
+  auto out_of = [](std::int64_t v, std::int64_t lo, std::int64_t hi) { return v < lo || v > hi; };
+  if (out_of(r.views, 1, bb.max_views) || out_of(h.action_dim, 1, kMaxActionDim) || out_of(h.chunk, 1, kMaxChunk) ||
+      out_of(h.state_dim, 0, kMaxStateDim) || out_of(h.hidden, 1, kMaxHidden) || out_of(h.flow_steps, 1, kMaxFlowSteps) ||
+      !(h.flow_noise > 0 && h.flow_noise <= 100))
+    return Failure{Fault::BadRequest, "schema out of range: views 1.." + std::to_string(bb.max_views) +
+                                          ", action_dim 1..64, chunk 1..64, state_dim 0..1024, hidden 1..4096, "
+                                          "flow_steps 1..100, flow_noise (0, 100]"};
+  const auto& o = r.optimizer;
+  if (!(o.lr > 0 && o.lr < 10) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) ||
+      !(o.weight_decay >= 0) || !(o.grad_clip >= 0))
+    return Failure{Fault::BadRequest, "optimizer settings out of range"};
+  return std::nullopt;
+}
+
+std::optional<Failure> bind(Work& w, SlotEntry& slot, const BackboneConfig& bb, const CostModel& cost, Bound& b) {
+  const auto& spec = slot.trainer->head().spec();
+  b.work = &w;
+  b.slot = &slot;
+  b.tenant = tenant_of(w);
+  if (auto* act = std::get_if<ActWork>(&w)) {  // the daemon's own tensors, shaped by the RL job
+    b.kind = Bound::Kind::Act;
+    b.images = act->images, b.tokens = act->tokens, b.mask = act->mask.to(torch::kBool), b.state = act->state;
+    b.n = b.images.size(0);
+    b.gflop = b.n * cost.backbone_gflop_per_sample + head_gflop(spec, bb.dim, b.n, false);
+    return std::nullopt;
+  }
+  const Request& r = std::get<TenantWork>(w).request;
+  const Observation* obs = nullptr;
+  const HostTensor* actions = nullptr;
+  if (const auto* s = std::get_if<op::SftStep>(&r.op)) b.kind = Bound::Kind::Sft, obs = &s->obs, actions = &s->actions;
+  if (const auto* p = std::get_if<op::Predict>(&r.op)) b.kind = Bound::Kind::Predict, obs = &p->obs, b.version = p->version;
+  if (!obs) return Failure{Fault::Internal, "not a batchable request"};
+  const auto& img = obs->images.shape;
+  if (img.size() != 5 || img[0] < 1 || img[0] > kMaxSamplesPerRequest)
+    return Failure{Fault::BadBatch, "images must be uint8 [n, views, H, W, 3] with 1 <= n <= " +
+                                        std::to_string(kMaxSamplesPerRequest)};
+  b.n = img[0];
+  const auto n = b.n;
+  torch::Tensor tokens, mask, state, acts;
+  std::string e = view(obs->images, "images", DType::UInt8, {n, slot.views, bb.image_size, bb.image_size, 3}, b.images);
+  if (e.empty()) e = view(obs->tokens, "tokens", DType::Int32, {n, bb.max_tokens}, tokens);
+  if (e.empty()) e = view(obs->mask, "token_mask", DType::UInt8, {n, bb.max_tokens}, mask);
+  if (e.empty() && spec.state_dim > 0) {
+    if (!obs->state.present()) return Failure{Fault::BadBatch, "this tenant's schema has state_dim " +
+                                                                   std::to_string(spec.state_dim) + ": state missing"};
+    e = view(obs->state, "state", DType::Float32, {n, spec.state_dim}, state);
+  }
+  if (e.empty() && actions) e = view(*actions, "actions", DType::Float32, {n, spec.chunk, spec.action_dim}, acts);
+  if (!e.empty()) return Failure{Fault::BadBatch, e};
+  // Private copies: what is checked below is exactly what the backbone and the head will read.
+  b.tokens = tokens.clone();
+  b.mask = mask.to(torch::kBool);  // a copy (dtype change)
+  if (state.defined()) b.state = state.clone();
+  if (acts.defined()) b.actions = acts.clone();
+  if (cost.vocabulary > 0) {
+    const auto lo = b.tokens.min().item<std::int64_t>(), hi = b.tokens.max().item<std::int64_t>();
+    if (lo < 0 || hi >= cost.vocabulary)
+      return Failure{Fault::BadBatch, "token ids must be in [0, " + std::to_string(cost.vocabulary) + "), got " +
+                                          std::to_string(lo < 0 ? lo : hi)};
+  }
+  if (b.state.defined() && !torch::isfinite(b.state).all().item<bool>())
+    return Failure{Fault::BadBatch, "state holds NaN or Inf"};
+  if (b.actions.defined() && !torch::isfinite(b.actions).all().item<bool>())
+    return Failure{Fault::BadBatch, "actions hold NaN or Inf"};
+  b.gflop = static_cast<double>(n) * cost.backbone_gflop_per_sample +
+            head_gflop(spec, bb.dim, n, b.kind == Bound::Kind::Sft);
+  if (cost.budget_gflop > 0 && b.gflop > cost.budget_gflop)
+    return Failure{Fault::OverBudget, "request over budget: an estimated " + std::to_string(static_cast<long>(b.gflop)) +
+                                          " GFLOP against the per-request limit of " +
+                                          std::to_string(static_cast<long>(cost.budget_gflop)) +
+                                          " GFLOP ([model] max_request_gflop); send fewer samples per request"};
+  return std::nullopt;
+}
+
+}  // namespace nexus::model::detail

@@ -1,0 +1,59 @@
+// Binding a request to its tenant's slot before it runs: shapes and dtypes against the slot's
+// schema and the backbone's geometry, a private copy of every number the backbone or the head
+// consumes (token ids in range, state and actions finite: a tenant that rewrites its arena
+// afterwards changes nothing we read), and the request's estimated cost against the budget.
+//
+// Limits on what a tenant may register live here too: heads are small by design, and these
+// bound the daemon's memory and a single request's work.
+#pragma once
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+
+#include "daemon/model/backbone.hpp"
+#include "daemon/model/work.hpp"
+
+namespace nexus::model::detail {
+
+inline constexpr std::int64_t kMaxSamplesPerRequest = 4096;
+inline constexpr std::int32_t kMaxActionDim = 64, kMaxChunk = 64, kMaxStateDim = 1024, kMaxHidden = 4096,
+                              kMaxFlowSteps = 100;
+// The built-in tokenizer's vocabulary (one token per byte); a TorchScript backbone declares
+// none, and its own forward() must cope with any int32 (it is the user's module).
+inline constexpr std::int64_t kByteVocabulary = 256;
+
+struct SlotEntry;  // slot_registry.hpp
+
+// A batchable work item made ready for a group pass.
+struct Bound {
+  enum class Kind { Sft, Predict, Act } kind = Kind::Predict;
+  Work* work = nullptr;
+  SlotEntry* slot = nullptr;
+  std::string tenant;
+  std::int64_t n = 0;
+  std::uint64_t version = 0;                  // predict
+  torch::Tensor images;                       // uint8, read in place (the pack copies it)
+  torch::Tensor tokens, mask, state, actions; // private copies (mask as bool)
+  double gflop = 0;                           // estimated cost
+};
+
+struct CostModel {
+  double backbone_gflop_per_sample = 0;  // 2 x parameters x sequence length
+  double budget_gflop = 0;               // refused above this
+  std::int64_t vocabulary = 0;           // 0: token ids unchecked (a user backbone)
+};
+CostModel make_cost_model(Backbone& backbone, const BackboneConfig& config, double budget_gflop, bool builtin);
+
+// Binds `w` (TenantWork with SftStep or Predict, or ActWork) to `slot`; nullopt when ready,
+// else the failure to answer with.
+std::optional<Failure> bind(Work& w, SlotEntry& slot, const BackboneConfig& bb, const CostModel& cost, Bound& out);
+
+// The head's estimated cost for n samples (training: forward and backward; flow predict: every
+// Euler step), in GFLOP.
+double head_gflop(const HeadSpec& spec, std::int64_t feature_dim, std::int64_t n, bool training);
+
+// Checks a registration against the limits above and the backbone; nullopt when acceptable.
+std::optional<Failure> check_registration(const op::Register& r, const BackboneConfig& bb);
+
+}  // namespace nexus::model::detail

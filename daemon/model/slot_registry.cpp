@@ -1,0 +1,169 @@
+#include "daemon/model/slot_registry.hpp"
+
+#include "daemon/log/log_text.hpp"
+#include "daemon/model/request_binding.hpp"
+
+namespace nexus::model::detail {
+
+using daemon::log_text;
+using daemon::LogLevel;
+
+SlotRegistry::SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone)
+    : config_(config), backbone_(backbone) {}
+
+// Tags are checked by the master's decoder ([A-Za-z0-9._-], no ".."); tenant names by the
+// tenant registry.
+std::filesystem::path SlotRegistry::checkpoint_path(const std::string& tenant, const std::string& tag) const {
+  return std::filesystem::path(config_.state_dir) / "checkpoints" / tenant / tag;
+}
+std::filesystem::path SlotRegistry::eviction_path(const std::string& tenant) const {
+  return std::filesystem::path(config_.state_dir) / "evicted" / tenant;
+}
+
+SlotEntry* SlotRegistry::find(const std::string& tenant) {
+  auto it = slots_.find(tenant);
+  if (it != slots_.end()) return &it->second;
+  if (!evicted_.count(tenant)) return nullptr;
+  evicted_.erase(tenant);
+  const auto path = eviction_path(tenant);
+  try {
+    auto loaded = TenantSlot::load(path.string(), backbone_.dim);
+    const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
+    auto& e = slots_[tenant] = SlotEntry{std::move(loaded.slot), views};
+    log_text(LogLevel::Info, "slot_restored", "tenant=" + tenant + " step=" + std::to_string(e.trainer->steps()));
+    std::error_code ec;
+    std::filesystem::remove(path.string() + ".safetensors", ec);
+    std::filesystem::remove(path.string() + ".json", ec);
+    return &e;
+  } catch (const std::exception& ex) {
+    log_text(LogLevel::Error, "slot_restore_failed", "tenant=" + tenant + " reason=\"" + ex.what() + "\"");
+    return nullptr;
+  }
+}
+
+Result SlotRegistry::register_tenant(const std::string& tenant, const op::Register& r) {
+  if (auto f = check_registration(r, backbone_)) return *f;
+  try {
+    slots_[tenant] = SlotEntry{std::make_unique<TenantSlot>(r.head, r.optimizer, backbone_.dim, r.seed), r.views};
+  } catch (const std::invalid_argument& e) {
+    return Failure{Fault::BadRequest, e.what()};
+  }
+  evicted_.erase(tenant);  // a fresh registration replaces an evicted slot too
+  const auto& h = r.head;
+  log_text(LogLevel::Info, "register",
+           "tenant=" + tenant + " head=" + h.kind + " views=" + std::to_string(r.views) + " state_dim=" +
+               std::to_string(h.state_dim) + " action_dim=" + std::to_string(h.action_dim) + " chunk=" +
+               std::to_string(h.chunk));
+  return BackboneInfo{backbone_.name, backbone_.image_size, backbone_.max_views, backbone_.max_tokens, backbone_.dim};
+}
+
+void SlotRegistry::retain(const std::string& tenant, TenantSlot& slot) {
+  std::set<std::uint64_t> pinned;
+  {
+    std::lock_guard lk(mu_);
+    auto it = pins_.find(tenant);
+    if (it != pins_.end())
+      for (const auto& [v, count] : it->second) pinned.insert(v);
+  }
+  slot.retain(static_cast<std::size_t>(std::max(1, config_.versions_kept)), pinned);
+}
+
+Result SlotRegistry::publish(const std::string& tenant) {
+  SlotEntry* e = find(tenant);
+  if (!e) return Failure{Fault::NotRegistered, "register the tenant first"};
+  const auto v = e->trainer->publish();
+  retain(tenant, *e->trainer);
+  return Published{v};
+}
+
+Result SlotRegistry::digest(const std::string& tenant) {
+  SlotEntry* e = find(tenant);
+  if (!e) return Failure{Fault::NotRegistered, "register the tenant first"};
+  const auto d = e->trainer->digest();
+  return SlotDigest{d.parameters, d.optimizer, static_cast<std::uint64_t>(d.step), e->trainer->latest_version()};
+}
+
+Result SlotRegistry::save(const std::string& tenant, const std::string& tag) {
+  SlotEntry* e = find(tenant);
+  if (!e) return Failure{Fault::NotRegistered, "register the tenant first"};
+  const auto path = checkpoint_path(tenant, tag);
+  try {
+    std::filesystem::create_directories(path.parent_path());
+    e->trainer->save(path.string(), {{"tenant", tenant}, {"views", e->views}});
+  } catch (const std::exception& ex) {
+    return Failure{Fault::Internal, std::string("cannot save checkpoint: ") + ex.what()};
+  }
+  log_text(LogLevel::Info, "checkpoint_saved", "tenant=" + tenant + " path=" + path.string());
+  return Saved{static_cast<std::uint64_t>(e->trainer->steps())};
+}
+
+Result SlotRegistry::load(const std::string& tenant, const std::string& tag) {
+  const auto path = checkpoint_path(tenant, tag);
+  if (!std::filesystem::exists(path.string() + ".safetensors"))
+    return Failure{Fault::NoCheckpoint, "no checkpoint '" + tag + "' for this tenant"};
+  try {
+    auto loaded = TenantSlot::load(path.string(), backbone_.dim);
+    const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
+    const auto step = loaded.slot->steps();
+    slots_[tenant] = SlotEntry{std::move(loaded.slot), views};
+    evicted_.erase(tenant);
+    return Loaded{static_cast<std::uint64_t>(step)};
+  } catch (const std::exception& ex) {
+    return Failure{Fault::BadRequest, ex.what()};
+  }
+}
+
+void SlotRegistry::pin(const std::string& tenant, std::uint64_t version) {
+  std::lock_guard lk(mu_);
+  ++pins_[tenant][version];
+}
+
+void SlotRegistry::unpin(const std::string& tenant, std::uint64_t version) {
+  std::lock_guard lk(mu_);
+  auto it = pins_.find(tenant);
+  if (it == pins_.end()) return;
+  if (--it->second[version] <= 0) it->second.erase(version);
+  if (it->second.empty()) pins_.erase(it);
+}
+
+void SlotRegistry::attached(const std::string& tenant) {
+  std::lock_guard lk(mu_);
+  detached_.erase(tenant);
+}
+
+void SlotRegistry::detached(const std::string& tenant) {
+  std::lock_guard lk(mu_);
+  detached_[tenant] = std::chrono::steady_clock::now();
+}
+
+void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
+  std::vector<std::string> due;
+  {
+    std::lock_guard lk(mu_);
+    for (auto it = detached_.begin(); it != detached_.end();) {
+      if (now - it->second < config_.idle_evict || pins_.count(it->first)) {  // a running evaluation keeps it
+        ++it;
+        continue;
+      }
+      due.push_back(it->first);
+      it = detached_.erase(it);
+    }
+  }
+  for (const auto& tenant : due) {
+    auto it = slots_.find(tenant);
+    if (it == slots_.end()) continue;
+    const auto path = eviction_path(tenant);
+    try {
+      std::filesystem::create_directories(path.parent_path());
+      it->second.trainer->save(path.string(), {{"tenant", tenant}, {"views", it->second.views}});
+    } catch (const std::exception& ex) {  // kept resident: memory is cheaper than a lost slot
+      log_text(LogLevel::Error, "slot_evict_failed", "tenant=" + tenant + " reason=\"" + ex.what() + "\"");
+      continue;
+    }
+    slots_.erase(it);
+    evicted_.insert(tenant);
+    log_text(LogLevel::Info, "slot_evicted", "tenant=" + tenant + " path=" + path.string());
+  }
+}
+
+}  // namespace nexus::model::detail

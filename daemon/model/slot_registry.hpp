@@ -1,0 +1,66 @@
+// The tenants' slots: register, load, save, publish, digest; which published versions are kept
+// (the last K plus every pinned one: an evicted version answers UnknownVersion); and eviction
+// of detached tenants' slots after an idle time, checkpointed under
+// <state_dir>/evicted/<tenant> and restored when the tenant's next request needs the slot.
+//
+// Thread safety: slot operations on the executor thread only; pin/unpin and attached/detached
+// from any thread (they take the registry's own lock).
+#pragma once
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "daemon/model/model_service.hpp"
+#include "daemon/model/tenant_slot.hpp"
+
+namespace nexus::model::detail {
+
+struct SlotEntry {
+  std::unique_ptr<TenantSlot> trainer;
+  std::int64_t views = 1;
+};
+
+class SlotRegistry {
+ public:
+  SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone);
+
+  // The tenant's slot, restored from its eviction checkpoint if it was evicted; nullptr if it
+  // never registered (or the restore failed: logged, and the tenant must register again).
+  SlotEntry* find(const std::string& tenant);
+
+  Result register_tenant(const std::string& tenant, const op::Register& r);
+  Result publish(const std::string& tenant);
+  Result save(const std::string& tenant, const std::string& tag);
+  Result load(const std::string& tenant, const std::string& tag);
+  Result digest(const std::string& tenant);
+
+  void pin(const std::string& tenant, std::uint64_t version);
+  void unpin(const std::string& tenant, std::uint64_t version);
+  void attached(const std::string& tenant);
+  void detached(const std::string& tenant);
+  // Checkpoints and frees the slots of tenants detached for longer than the idle time.
+  void evict_idle(std::chrono::steady_clock::time_point now);
+
+  std::size_t resident() const { return slots_.size(); }
+  std::size_t evicted() const { return evicted_.size(); }
+
+ private:
+  std::filesystem::path checkpoint_path(const std::string& tenant, const std::string& tag) const;
+  std::filesystem::path eviction_path(const std::string& tenant) const;
+  void retain(const std::string& tenant, TenantSlot& slot);  // after a publish
+
+  const ModelConfig config_;
+  const BackboneConfig backbone_;
+  std::map<std::string, SlotEntry> slots_;  // executor thread only
+  std::set<std::string> evicted_;           // executor thread only: checkpointed, not resident
+
+  std::mutex mu_;
+  std::map<std::string, std::map<std::uint64_t, int>> pins_;                // GUARDED_BY(mu_)
+  std::map<std::string, std::chrono::steady_clock::time_point> detached_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace nexus::model::detail

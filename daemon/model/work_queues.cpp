@@ -1,0 +1,66 @@
+#include "daemon/model/work_queues.hpp"
+
+#include <functional>
+
+namespace nexus::model::detail {
+
+std::uint64_t tenant_id(const std::string& tenant) { return std::hash<std::string>{}(tenant); }
+
+void WorkQueues::push(Work w, sched::FairShare& share, bool returning) {
+  if (is_inference(w)) {
+    inference_.push_back(std::move(w));
+    return;
+  }
+  if (returning) {
+    const auto id = tenant_id(tenant_of(w));
+    std::set<std::uint64_t> backlogged;
+    for (const auto& q : training_) backlogged.insert(tenant_id(tenant_of(q)));
+    if (!backlogged.count(id)) share.backlogged(id, backlogged);
+  }
+  training_.push_back(std::move(w));
+}
+
+std::vector<Work> WorkQueues::take(std::deque<Work>& q, const std::vector<std::size_t>& indices) {
+  std::vector<Work> out;
+  out.reserve(indices.size());
+  for (auto i : indices) out.push_back(std::move(q[i]));
+  for (auto it = indices.rbegin(); it != indices.rend(); ++it) q.erase(q.begin() + static_cast<long>(*it));
+  return out;
+}
+
+std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sched::BatchPolicy& batch,
+                                                 const sched::TrainingPolicy& training, std::size_t active_inference,
+                                                 const std::set<std::uint64_t>& active_training,
+                                                 const sched::FairShare& share, std::chrono::microseconds& wait) {
+  wait = std::chrono::microseconds::max();
+  if (!inference_.empty()) {
+    std::vector<sched::PendingRequest> views;
+    views.reserve(inference_.size());
+    for (const auto& w : inference_)
+      views.push_back({key_of(w), samples_of(w), tenant_id(tenant_of(w)), true, arrival_of(w)});
+    const auto d = sched::decide(views, now, batch, std::max<std::size_t>(1, active_inference));
+    if (!d.take.empty()) return Turn{take(inference_, d.take), true};
+    wait = d.wait;
+  }
+  if (!training_.empty()) {
+    std::vector<sched::TrainingRequest> views;
+    views.reserve(training_.size());
+    for (const auto& w : training_)
+      views.push_back({tenant_id(tenant_of(w)), key_of(w), samples_of(w), is_batchable(w), arrival_of(w)});
+    const auto d = sched::pick_training(views, share.shares(), active_training, now, training);
+    if (!d.take.empty()) return Turn{take(training_, d.take), false};
+    wait = std::min(wait, d.wait);
+  }
+  return std::nullopt;
+}
+
+std::vector<Work> WorkQueues::drain() {
+  std::vector<Work> out;
+  for (auto* q : {&inference_, &training_})
+    for (auto& w : *q) out.push_back(std::move(w));
+  inference_.clear();
+  training_.clear();
+  return out;
+}
+
+}  // namespace nexus::model::detail

@@ -1,0 +1,52 @@
+// The model service's two queues and the choice of the next executor turn:
+//   Inference Queue  predict and act, in arrival order; a turn when sched::decide says flush
+//                    (B samples, T waited, or every active tenant in the group).
+//   Training Queue   everything else, in arrival order; a turn when sched::pick_training says so
+//                    (the fair-share leader, alone or with a group).
+// Inference goes first at every turn; while it waits for its group to fill, training may take
+// a turn (so inference waits behind at most the turn in progress, never behind a queue).
+//
+// Thread safety: none; the model service's queue lock guards every call.
+#pragma once
+#include <deque>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "daemon/model/work.hpp"
+#include "daemon/sched/fair_share.hpp"
+
+namespace nexus::model::detail {
+
+std::uint64_t tenant_id(const std::string& tenant);  // the schedulers' name for a tenant
+
+class WorkQueues {
+ public:
+  struct Turn {
+    std::vector<Work> works;
+    bool inference = false;
+  };
+
+  // Queues `w`. A tenant returning from idle (`returning`: no training work for a while) with
+  // nothing queued is lifted in `share`: it banks no credit for the time away. (A closed-loop
+  // tenant, between its reply and its next step, is not idle.)
+  void push(Work w, sched::FairShare& share, bool returning);
+  // The next turn, or nullopt and how long until the decision may change by itself.
+  // active_inference: tenants worth waiting for in an inference group (attached, registered);
+  // active_training: those that trained lately.
+  std::optional<Turn> next(Clock::time_point now, const sched::BatchPolicy& batch, const sched::TrainingPolicy& training,
+                           std::size_t active_inference, const std::set<std::uint64_t>& active_training,
+                           const sched::FairShare& share, std::chrono::microseconds& wait);
+  bool empty() const { return inference_.empty() && training_.empty(); }
+  std::size_t inference_size() const { return inference_.size(); }
+  std::size_t training_size() const { return training_.size(); }
+  // Takes everything (the service is stopping: the caller fails it all).
+  std::vector<Work> drain();
+
+ private:
+  static std::vector<Work> take(std::deque<Work>& q, const std::vector<std::size_t>& indices);
+  std::deque<Work> inference_, training_;
+};
+
+}  // namespace nexus::model::detail

@@ -1,0 +1,114 @@
+// Bounded resources through real processes: published versions are kept K at a time (memory
+// does not grow with publishes), a detached tenant's slot is checkpointed and freed after the
+// idle time and comes back when it returns, request memory and tenants per user are bounded.
+#include <catch2/catch.hpp>
+
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "nexus/client.hpp"
+#include "nexus/status.hpp"
+#include "processes.hpp"
+
+using namespace nexus::test;
+
+namespace {
+
+std::size_t rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
+  return 0;
+}
+
+nexus::ErrorCode code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const nexus::Error& e) {
+    return e.code();
+  }
+  return nexus::ErrorCode::None;
+}
+
+struct Obs {
+  nexus::Tensor images, tokens, mask;
+  nexus::Observation view() const { return {&images, &tokens, &mask, nullptr}; }
+};
+
+Obs observation(nexus::Client& c, const nexus::BackboneInfo& bb, std::int64_t n) {
+  Obs o{c.alloc(nexus::DType::UInt8, {n, 1, bb.image_size, bb.image_size, 3}), c.alloc(nexus::DType::Int32, {n, bb.max_tokens}),
+        c.alloc(nexus::DType::UInt8, {n, bb.max_tokens})};
+  for (std::int64_t i = 0; i < n; ++i) nexus::tokenize("reach the red ball", o.tokens, o.mask, i);
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("2000 publishes keep memory flat: the last K versions (and pinned ones) are kept", "[integration][model][resources]") {
+  TempDir dir;
+  std::ofstream(dir.path + "/nexusd.toml") << "[model]\nversions_kept = 8\n";
+  Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn", "-c", dir.path + "/nexusd.toml"});
+  auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "publisher", .timeout = std::chrono::seconds(30)});
+  // A large head (hidden 1024: about 4.5 MB a version) makes a leak plain to see.
+  const auto bb = c->register_tenant({.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 4, .hidden = 1024}});
+  for (int i = 0; i < 100; ++i) c->publish();
+  const auto rss_100 = rss_kib(daemon.pid());
+  std::uint64_t last = 0;
+  for (int i = 0; i < 1900; ++i) last = c->publish();
+  const auto rss_2000 = rss_kib(daemon.pid());
+  INFO("daemon RSS after 100 publishes " << rss_100 << " KiB, after 2000: " << rss_2000 << " KiB");
+  CHECK(last == 2000);
+  CHECK(rss_2000 <= rss_100 * 1.10);
+  auto obs = observation(*c, bb, 2);
+  CHECK(c->predict(obs.view(), last - 7).shape == std::vector<std::int64_t>{2, 4, 2});  // kept
+  CHECK(code_of([&] { c->predict(obs.view(), last - 8); }) == nexus::ErrorCode::UnknownVersion);  // evicted
+  CHECK(code_of([&] { c->predict(obs.view(), 1); }) == nexus::ErrorCode::UnknownVersion);
+}
+
+TEST_CASE("a detached tenant's slot is checkpointed and freed after the idle time, and comes back on return",
+          "[integration][model][resources]") {
+  TempDir dir;
+  std::ofstream(dir.path + "/nexusd.toml") << "[model]\nidle_evict_s = 1\n";
+  Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn", "-c", dir.path + "/nexusd.toml",
+                 "--state-dir", dir.path + "/state"});
+  nexus::SlotDigest before;
+  std::uint64_t version = 0;
+  std::vector<float> predicted;
+  {
+    auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "sleeper"});
+    const auto bb = c->register_tenant({.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 4}});
+    auto obs = observation(*c, bb, 4);
+    auto actions = c->alloc(nexus::DType::Float32, {4, 4, 2});
+    for (auto& a : actions.as<float>()) a = 0.25f;
+    for (int i = 0; i < 5; ++i) c->sft_step(obs.view(), actions);
+    version = c->publish();
+    predicted = c->predict(obs.view(), version).actions;
+    before = c->slot_digest();
+  }
+  REQUIRE(eventually([&] { return nexus::query_status(daemon.socket()).slots_evicted == 1; }, std::chrono::seconds(15)));
+  CHECK(nexus::query_status(daemon.socket()).slots_resident == 0);
+  auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "sleeper"});
+  const auto after = c->slot_digest();  // restored from its checkpoint by this request
+  CHECK(after.parameters == before.parameters);
+  CHECK(after.optimizer == before.optimizer);
+  CHECK(after.step == 5);
+  const auto bb = c->backbone();
+  auto obs = observation(*c, bb, 4);
+  CHECK(c->predict(obs.view(), version).actions == predicted);  // its published version came back too
+  CHECK(nexus::query_status(daemon.socket()).slots_evicted == 0);
+}
+
+TEST_CASE("one Unix user's tenants are bounded, with a typed refusal", "[integration][resources]") {
+  TempDir dir;
+  std::ofstream(dir.path + "/nexusd.toml") << "[daemon]\nmax_tenants_per_uid = 2\n";
+  Daemon daemon({"--backbone", "none", "--log-level", "warn", "-c", dir.path + "/nexusd.toml"});
+  auto a = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "u1"});
+  auto b = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "u2"});
+  CHECK(code_of([&] { nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "u3"}); }) ==
+        nexus::ErrorCode::QuotaExceeded);
+  b.reset();
+  REQUIRE(daemon.wait_tenants(1, std::chrono::seconds(5)));
+  CHECK_NOTHROW(nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "u3"}));
+}

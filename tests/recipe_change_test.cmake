@@ -1,0 +1,30 @@
+# The recipe check catches a change: copies the recipe's sources and the recorded recipe into a
+# scratch tree, edits one source (as a contributor would, without re-pretraining), and expects
+# weights/recipe.cmake to fail there with a message that names the changed file and the script.
+cmake_minimum_required(VERSION 3.25)
+set(scratch "${SCRATCH}")
+file(REMOVE_RECURSE "${scratch}")
+include("${SOURCE}/weights/recipe_files.cmake")
+foreach(f ${recipe_files} weights/backbone-tiny.recipe)
+  get_filename_component(dir "${scratch}/${f}" DIRECTORY)
+  file(MAKE_DIRECTORY "${dir}")
+  file(COPY_FILE "${SOURCE}/${f}" "${scratch}/${f}")
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -DMODE=check -DROOT=${scratch} -P ${SOURCE}/weights/recipe.cmake
+                RESULT_VARIABLE unchanged_rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT unchanged_rc EQUAL 0)
+  message(FATAL_ERROR "the unchanged copy should pass the recipe check: ${out}")
+endif()
+file(APPEND "${scratch}/synth/scenes.cpp" "// a contributor's edit\n")
+execute_process(COMMAND ${CMAKE_COMMAND} -DMODE=check -DROOT=${scratch} -P ${SOURCE}/weights/recipe.cmake
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+file(REMOVE_RECURSE "${scratch}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "an edited pretraining source passed the recipe check")
+endif()
+string(FIND "${out}" "synth/scenes.cpp" names_file)
+string(FIND "${out}" "scripts/pretrain.sh" names_script)
+if(names_file EQUAL -1 OR names_script EQUAL -1)
+  message(FATAL_ERROR "the failure should name synth/scenes.cpp and scripts/pretrain.sh: ${out}")
+endif()
+message(STATUS "an edited source fails the recipe check, naming it and scripts/pretrain.sh")
