@@ -1,6 +1,7 @@
 // nexusd: owns the accelerators, keeps the backbone resident, serves tenants over shared memory.
 #include <atomic>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -27,6 +28,7 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.model.weights = nexus::daemon::resolve_weights(c);
   m.model.batch = {c.batch_samples, c.batch_wait};
   m.model.group_window_s = c.group_window_ms / 1000.0;
+  m.model.min_training_share = c.min_training_share;
   m.model.state_dir = c.state_dir;
   m.model.deterministic = c.deterministic;
   m.model.max_request_gflop = c.max_request_gflop;
@@ -39,6 +41,9 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.datasets = {c.datasets_per_tenant, c.dataset_bytes_per_tenant, c.dataset_bytes_total};
   m.jobs.max_running_per_tenant = static_cast<int>(c.jobs_running_per_tenant);
   m.jobs.max_running = static_cast<int>(c.jobs_running);
+  m.jobs.heartbeat = c.job_heartbeat;
+  m.faults.insert(c.inject_faults.begin(), c.inject_faults.end());
+  m.jobs.inject_hang = m.faults.count("job-hang") > 0;
   m.request_bytes_per_tenant = c.request_bytes_per_tenant;
   m.record_timeline = !c.timeline_path.empty();
   return m;
@@ -60,7 +65,7 @@ int main(int argc, char** argv) {
   long spin_us = -1;
   std::uint32_t max_tenants = 0;
   std::uint64_t max_segment_mib = 0;
-  bool version = false;
+  bool version = false, check_config = false;
   std::string backbone, weights, state_dir;
   std::uint32_t batch_samples = 0;
   long batch_wait_us = -1;
@@ -68,6 +73,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> external_envs;
   std::string timeline;
   double max_request_gflop = 0;
+  std::string socket_mode, socket_group;
+  std::vector<std::string> inject_faults;
   app.add_option("-c,--config", config_path, "TOML config file (see systemd/nexusd.toml)");
   app.add_option("-s,--socket", socket_path, "control socket path (default /run/nexus/nexusd.sock)");
   app.add_option("--spin-us", spin_us, "busy-poll the rings this long after the last request");
@@ -83,9 +90,14 @@ int main(int argc, char** argv) {
                "bitwise per-sample results whatever the group: one backbone pass per request");
   app.add_option("--external-env", external_envs,
                  "NAME=SOCKET: an external environment's simulator process; tenants open \"NAME:task\"");
+  app.add_option("--socket-mode", socket_mode, "the socket file's mode, octal (default 0660)");
+  app.add_option("--socket-group", socket_group, "the socket file's group (default nexus)");
   app.add_option("--max-request-gflop", max_request_gflop, "per-request cost budget ([model] max_request_gflop)");
   app.add_option("--timeline", timeline, "at exit, write every service's busy intervals as CSV (nexus-bench workload)");
   app.add_flag("--version", version, "print the version and exit");
+  app.add_option("--inject-fault", inject_faults, "tests only: env-worker-throw, job-hang")
+      ->check(CLI::IsMember({"env-worker-throw", "job-hang"}));
+  app.add_flag("--check-config", check_config, "check the configuration (file and flags), print what it resolves to, and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {
     std::printf("nexusd %s (protocol %u)\n", nexus::schema::kDaemonVersion,
@@ -121,6 +133,18 @@ int main(int argc, char** argv) {
   }
   if (!timeline.empty()) config.timeline_path = timeline;
   if (max_request_gflop > 0) config.max_request_gflop = max_request_gflop;
+  if (!socket_mode.empty()) {
+    char* end = nullptr;
+    const auto m = std::strtoul(socket_mode.c_str(), &end, 8);
+    if (*end || m > 0777) {
+      std::fprintf(stderr, "nexusd: --socket-mode wants an octal mode like 0660, got '%s'\n", socket_mode.c_str());
+      return 2;
+    }
+    config.socket_mode = static_cast<std::uint32_t>(m);
+  }
+  if (!socket_group.empty()) config.socket_group = socket_group;
+  config.inject_faults.insert(config.inject_faults.end(), inject_faults.begin(), inject_faults.end());
+  if (check_config) return nexus::daemon::check_config(config, config_path);
   nexus::daemon::init_logging(config.log_level);
 
   std::signal(SIGPIPE, SIG_IGN);
@@ -130,6 +154,7 @@ int main(int argc, char** argv) {
     listener = nexus::daemon::open_listener(config);
     NEXUS_LOG(info, "listening", "socket={} systemd={}",
               listener.from_systemd ? "(passed by systemd)" : listener.path, listener.from_systemd);
+    if (!listener.warning.empty()) NEXUS_LOG(warn, "socket_group", "reason=\"{}\"", listener.warning);
     // The reactor outlives nothing that posts to it: the services are declared after it, so
     // their threads are joined first.
     std::unique_ptr<nexus::daemon::Reactor> reactor;

@@ -65,7 +65,8 @@ int main(int argc, char** argv) {
   nexus::ClientOptions opt;
   nexus::TenantSpec spec;
   int steps = 300, batch = 16, heldout = 128, nan_every = 0, report_every = 50, checkpoint_at = 0, pipeline = 1;
-  int offend_every = 0, pause_after = 0;
+  int offend_every = 0, pause_after = 0, save_every = 0;
+  std::string save_tag = "auto", resume;
   double pause_s = 0;
   std::string offense = "nan";
   bool trajectory = false;
@@ -85,6 +86,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"nan", "tokens", "oversize", "mixed"}));
   app.add_option("--pause-after", pause_after, "after this many steps, idle --pause-s seconds (fairness tests)");
   app.add_option("--pause-s", pause_s, "how long to idle at --pause-after");
+  app.add_option("--save-every", save_every, "save a checkpoint (--save-tag) every N steps: what a restart resumes from");
+  app.add_option("--save-tag", save_tag, "the checkpoint's tag for --save-every");
+  app.add_option("--resume", resume, "start from this checkpoint of yours (head, optimizer, RNG, step) instead of a fresh head");
   app.add_option("--pipeline", pipeline, "SFT requests kept in flight (asynchronous)")->check(CLI::Range(1, 8));
   app.add_option("--report-every", report_every, "progress line every N steps (0: none)");
   app.add_flag("--trajectory", trajectory, "include every step's loss in the JSON line");
@@ -105,7 +109,9 @@ int main(int argc, char** argv) {
 
   try {
     auto client = nexus::Client::attach(opt);
-    const auto bb = client->register_tenant(spec);
+    std::uint64_t resumed_step = 0;
+    if (!resume.empty()) resumed_step = client->load(resume);
+    const auto bb = resume.empty() ? client->register_tenant(spec) : client->backbone();
     nexus::synth::SceneGenerator train(spec.seed, {.image_size = bb.image_size});
     std::vector<Batch> bufs;
     for (int i = 0; i < pipeline; ++i) bufs.push_back(alloc_batch(*client, bb, batch));
@@ -177,6 +183,10 @@ int main(int argc, char** argv) {
         take_reply();
         client->save("step-" + std::to_string(step));
       }
+      if (save_every > 0 && step % save_every == 0) {
+        while (!in_flight.empty()) take_reply();
+        client->save(save_tag);
+      }
     }
     while (!in_flight.empty()) take_reply();
     for (auto& m : mean_action) m /= samples;  // per-sample mean of each action entry
@@ -197,7 +207,7 @@ int main(int argc, char** argv) {
     base /= static_cast<double>(target.size());
 
     // Resume check: a fresh attachment loads the checkpoint into a fresh slot and replays step K+1.
-    std::string resume = "null";
+    std::string resume_report = "null";
     if (checkpoint_at > 0 && checkpoint_at < steps) {
       client.reset();
       client = nexus::Client::attach(opt);
@@ -209,15 +219,16 @@ int main(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, "{\"step\":%llu,\"uninterrupted_loss\":%.17g,\"resumed_loss\":%.17g,\"bitwise\":%s}",
                     static_cast<unsigned long long>(loaded_step), uninterrupted_next, resumed,
                     resumed == uninterrupted_next ? "true" : "false");
-      resume = buf;
+      resume_report = buf;
     }
     std::string refused_json;
     for (const auto& [code, n] : refused) refused_json += (refused_json.empty() ? "\"" : ",\"") + code + "\":" + std::to_string(n);
     std::printf("{\"tenant\":\"%s\",\"head\":\"%s\",\"steps\":%d,\"first_loss\":%.6f,\"last_loss\":%.6f,"
                 "\"heldout_l1\":%.6f,\"baseline_l1\":%.6f,\"improvement\":%.3f,\"bad_batches\":%d,\"refused\":{%s},"
-                "\"version\":%llu,\"resume\":%s,\"losses\":[%s]}\n",
+                "\"version\":%llu,\"resumed_step\":%llu,\"resume\":%s,\"losses\":[%s]}\n",
                 opt.tenant.c_str(), spec.head.kind.c_str(), steps, first_loss, last_loss, err, base, base / err,
-                bad_batches, refused_json.c_str(), static_cast<unsigned long long>(version), resume.c_str(), losses.c_str());
+                bad_batches, refused_json.c_str(), static_cast<unsigned long long>(version),
+                static_cast<unsigned long long>(resumed_step), resume_report.c_str(), losses.c_str());
   } catch (const nexus::Error& e) {
     std::fprintf(stderr, "sft_tenant %s: %s\n", opt.tenant.c_str(), e.what());
     std::printf("{\"tenant\":\"%s\",\"error\":\"%s\"}\n", opt.tenant.c_str(), nexus::error_code_name(e.code()));

@@ -28,7 +28,8 @@ bool wait_readable(int fd, std::chrono::steady_clock::time_point deadline) {
 
 }  // namespace
 
-bool send_frame(int socket, std::span<const std::uint8_t> payload, std::span<const int> fds) {
+bool send_frame(int socket, std::span<const std::uint8_t> payload, std::span<const int> fds,
+                std::chrono::milliseconds wait) {
   if (payload.size() > kMaxControlFrameBytes || fds.size() > kMaxFds) return false;
   const std::uint32_t len = static_cast<std::uint32_t>(payload.size());
   iovec iov[2] = {{const_cast<std::uint32_t*>(&len), sizeof len},
@@ -53,7 +54,7 @@ bool send_frame(int socket, std::span<const std::uint8_t> payload, std::span<con
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) {
         pollfd p{socket, POLLOUT, 0};
-        if (::poll(&p, 1, 1000) <= 0) return false;
+        if (::poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
         continue;
       }
       return false;

@@ -8,8 +8,10 @@
 
 namespace nexus::schema {
 
-// Sends one whole frame (blocking; MSG_NOSIGNAL). False on any error.
-bool send_frame(int socket, std::span<const std::uint8_t> payload, std::span<const int> fds = {});
+// Sends one whole frame (MSG_NOSIGNAL), waiting at most `wait` each time the socket is full
+// (the daemon passes 0: it never waits on a peer). False on any error.
+bool send_frame(int socket, std::span<const std::uint8_t> payload, std::span<const int> fds = {},
+                std::chrono::milliseconds wait = std::chrono::milliseconds(1000));
 
 enum class RecvStatus { Ok, Closed, TimedOut, Malformed };
 

@@ -50,6 +50,11 @@ TensorCheck check_tensor_ref(const wire::TensorRef* ref, std::uint64_t arena_byt
     return fail(wire::ErrorCode::TensorOutOfBounds,
                 "bytes " + std::to_string(ref->bytes()) + " != shape x dtype size " +
                     std::to_string(count * elem));
+  // Aligned to its element size (the arena is page aligned): the daemon reads elements in place
+  // through typed pointers, and a misaligned one is undefined behaviour on some loads.
+  if (ref->offset() % elem != 0)
+    return fail(wire::ErrorCode::BadTensor, "tensor offset " + std::to_string(ref->offset()) +
+                                                " is not a multiple of its element size " + std::to_string(elem));
   if (ref->offset() > arena_bytes || ref->bytes() > arena_bytes - ref->offset())
     return fail(wire::ErrorCode::TensorOutOfBounds,
                 "tensor [" + std::to_string(ref->offset()) + ", +" + std::to_string(ref->bytes()) +

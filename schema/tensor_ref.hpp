@@ -22,7 +22,8 @@ struct TensorCheck {
 };
 
 // Checks dtype, shape (non-negative, product without overflow, at most kMaxRank dims),
-// bytes == product * dtype size, and that the extent lies inside [0, arena_bytes).
+// bytes == product * dtype size, offset aligned to the element size, and that the extent lies
+// inside [0, arena_bytes).
 inline constexpr std::size_t kMaxRank = 8;
 TensorCheck check_tensor_ref(const wire::TensorRef* ref, std::uint64_t arena_bytes);
 

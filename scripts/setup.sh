@@ -49,7 +49,8 @@ if [ ! -f "$venv/.complete" ]; then
   else
     log "PyPI unreachable: falling back to Debian's LibTorch 1.13 (CPU) and Python packages"
     $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      libtorch-dev python3-torch libopenblas0-pthread python3-numpy python3-h5py python3-matplotlib >&2
+      libtorch-dev python3-torch libopenblas0-pthread python3-numpy python3-h5py python3-matplotlib \
+      python3-prometheus-client >&2
     rm -rf "$venv"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
     echo debian >"$venv/torch-source"

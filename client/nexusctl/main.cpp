@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "dataset_command.hpp"
+#include "nexus/status.hpp"
 #include "schema/protocol.hpp"
 #include "service_commands.hpp"
 
@@ -34,6 +35,11 @@ int main(int argc, char** argv) {
   top->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
   top->add_option("--iterations", iterations, "refreshes, then exit (0: until interrupted)");
   auto* metrics = app.add_subcommand("metrics", "the Prometheus text exposition of nexusd's metrics");
+  auto* tenant = app.add_subcommand("tenant", "tenant names");
+  tenant->require_subcommand(1);
+  std::string release_name;
+  auto* release = tenant->add_subcommand("release", "unbind a name from its Unix user (root or that user)");
+  release->add_option("name", release_name, "the tenant name")->required();
 
   auto* dataset = app.add_subcommand("dataset", "demonstration datasets (robomimic/LIBERO HDF5)");
   dataset->require_subcommand(1);
@@ -59,6 +65,11 @@ int main(int argc, char** argv) {
     if (cancel->parsed()) return nexus::ctl::cancel_command(socket, job, json);
     if (top->parsed()) return nexus::ctl::top_command(socket, interval, iterations);
     if (metrics->parsed()) return nexus::ctl::metrics_command(socket);
+    if (release->parsed()) {
+      nexus::release_tenant(socket, release_name);
+      std::printf("released %s\n", release_name.c_str());
+      return 0;
+    }
     if (record->parsed()) return nexus::ctl::record_dataset(rec);
     if (info->parsed()) return nexus::ctl::dataset_info(info_path, json);
   } catch (const std::exception& e) {

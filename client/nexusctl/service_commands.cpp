@@ -59,6 +59,7 @@ int status_command(const std::string& socket, bool json_out) {
               {"slots_resident", s.slots_resident}, {"slots_evicted", s.slots_evicted},
               {"env_sessions", s.env_sessions}, {"dataset_bytes", s.dataset_bytes}, {"rerun_groups", s.rerun_groups},
               {"longest_training_turn_s", s.longest_training_turn_s},
+              {"health_restarts", s.health_restarts}, {"health", s.health},
               {"services", services_json(s)}, {"tenants", json::array()}};
     for (const auto& t : s.tenants)
       j["tenants"].push_back({{"name", t.name}, {"uid", t.uid}, {"pid", t.pid}, {"session_id", t.session_id},
@@ -80,6 +81,7 @@ int status_command(const std::string& socket, bool json_out) {
                 100 * s.training_busy_s / wall, 100 * s.inference_busy_s / wall, 100 * s.environment_busy_s / wall,
                 static_cast<unsigned long long>(s.inference_queued), static_cast<unsigned long long>(s.training_queued));
   }
+  for (const auto& h : s.health) std::printf("restarted: %s\n", h.c_str());
   std::printf("%zu tenant(s) attached\n", s.tenants.size());
   if (!s.tenants.empty()) {
     std::printf("  %-24s %7s %8s %8s %12s %10s %7s %9s\n", "TENANT", "UID", "PID", "SESSION", "SEGMENT", "REQUESTS",

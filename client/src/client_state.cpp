@@ -47,6 +47,7 @@ bool ClientState::daemon_gone() {
 std::uint64_t ClientState::submit(wire::Body type, const BodyBuilder& build) {
   std::lock_guard lock(send_mu_);
   if (daemon_gone()) throw Error(ErrorCode::DaemonGone, "nexusd closed the connection");
+  release_output_blocks();
   const std::uint64_t id = next_id_.fetch_add(1, std::memory_order_relaxed);
   fbb_.Clear();
   const auto body = build(fbb_);
@@ -93,6 +94,24 @@ std::uint64_t ClientState::submit(wire::Body type, const BodyBuilder& build) {
   return id;
 }
 
+// Hands back the output-arena blocks of large replies already copied out (send_mu_ held). Best
+// effort: if the ring is full now, they go with a later request.
+void ClientState::release_output_blocks() {
+  std::vector<std::uint64_t> offsets;
+  {
+    std::lock_guard p(pending_mu_);
+    offsets.swap(to_release_);
+  }
+  if (offsets.empty()) return;
+  fbb_.Clear();
+  fbb_.Finish(wire::CreateMessage(fbb_, schema::kProtocolVersion, 0, wire::Body::OutputRelease,
+                                  wire::CreateOutputRelease(fbb_, fbb_.CreateVector(offsets)).Union()));
+  if (requests_.try_push({fbb_.GetBufferPointer(), fbb_.GetSize()}) != schema::PushStatus::Ok) {
+    std::lock_guard p(pending_mu_);
+    to_release_.insert(to_release_.end(), offsets.begin(), offsets.end());
+  }
+}
+
 bool ClientState::drain_responses() {
   bool any = false;
   for (;;) {
@@ -101,7 +120,30 @@ bool ClientState::drain_responses() {
     if (status != schema::PopStatus::Ok) continue;  // a broken daemon ring: resynchronised
     flatbuffers::Verifier verifier(scratch_.data(), scratch_.size());
     if (!wire::VerifyMessageBuffer(verifier)) continue;
-    const std::uint64_t id = wire::GetMessage(scratch_.data())->request_id();
+    const auto* msg = wire::GetMessage(scratch_.data());
+    const std::uint64_t id = msg->request_id();
+    if (msg->body_type() == wire::Body::OutputReply && msg->body()) {
+      // A reply too large for the ring: copied out of our output arena (its bounds checked
+      // against the layout we computed), verified like any reply, its block handed back later.
+      const auto* o = msg->body_as_OutputReply();
+      const auto& l = attachment->layout;
+      const bool inside = o->bytes() > 0 && o->offset() <= l.output_arena_bytes && o->bytes() <= l.output_arena_bytes - o->offset();
+      std::vector<std::uint8_t> full;
+      if (inside) {
+        const std::uint8_t* at = attachment->base + l.output_arena_offset + o->offset();
+        full.assign(at, at + o->bytes());
+      }
+      std::lock_guard p(pending_mu_);
+      if (inside) to_release_.push_back(o->offset());
+      flatbuffers::Verifier v(full.data(), full.size());
+      if (!inside || !wire::VerifyMessageBuffer(v)) continue;
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;
+      it->second.done = true;
+      it->second.reply.swap(full);
+      any = true;
+      continue;
+    }
     std::lock_guard p(pending_mu_);
     auto it = pending_.find(id);
     if (it == pending_.end()) continue;  // timed out earlier, or an error about unnamed bytes

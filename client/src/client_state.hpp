@@ -44,6 +44,7 @@ struct ClientState {
     std::vector<std::uint8_t> reply;
   };
   bool drain_responses();  // recv_mu held; true if any reply arrived
+  void release_output_blocks();  // send_mu held
   bool daemon_gone();      // non-blocking check of the control socket
   void block_on_doorbell(std::chrono::steady_clock::time_point deadline);
   void forget(std::uint64_t id);
@@ -58,6 +59,7 @@ struct ClientState {
 
   std::mutex pending_mu_;
   std::unordered_map<std::uint64_t, Slot> pending_;
+  std::vector<std::uint64_t> to_release_;  // GUARDED_BY(pending_mu_): output-arena blocks read, to hand back
 
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<bool> gone_{false};

@@ -88,6 +88,9 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
   s.dataset_bytes = r->dataset_bytes();
   s.rerun_groups = r->rerun_groups();
   s.longest_training_turn_s = r->longest_training_turn_s();
+  s.health_restarts = r->health_restarts();
+  if (r->health())
+    for (const auto* h : *r->health()) s.health.push_back(h->str());
   return s;
 }
 
@@ -98,6 +101,14 @@ std::string query_metrics(const std::string& socket_path, std::chrono::milliseco
                                  wire::CreateMetricsRequest(fbb, schema::kProtocolVersion).Union(),
                                  wire::ControlBody::MetricsReply, frame);
   return str(msg->body_as_MetricsReply()->text());
+}
+
+void release_tenant(const std::string& socket_path, const std::string& tenant, std::chrono::milliseconds timeout) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<std::uint8_t> frame;
+  control_call(socket_path, timeout, fbb, wire::ControlBody::ReleaseTenantRequest,
+               wire::CreateReleaseTenantRequest(fbb, schema::kProtocolVersion, fbb.CreateString(tenant)).Union(),
+               wire::ControlBody::ReleaseTenantReply, frame);
 }
 
 std::string cancel_job(const std::string& socket_path, std::uint64_t job, std::chrono::milliseconds timeout) {

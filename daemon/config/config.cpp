@@ -1,5 +1,6 @@
 #include "daemon/config/config.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -77,6 +78,15 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   Reader r(path, t);
   using std::chrono::microseconds, std::chrono::milliseconds, std::chrono::seconds;
   r.get("daemon", "socket", c.socket_path);
+  if (std::string mode; r.get("daemon", "socket_mode", mode)) {
+    char* end = nullptr;
+    const auto m = std::strtoul(mode.c_str(), &end, 8);
+    if (mode.empty() || *end || m > 0777) r.fail("daemon", "socket_mode", "must be an octal mode like \"0660\"");
+    c.socket_mode = static_cast<std::uint32_t>(m);
+  }
+  r.get("daemon", "socket_group", c.socket_group);
+  c.max_pending_per_uid = static_cast<std::uint32_t>(r.positive("daemon", "max_pending_per_uid", c.max_pending_per_uid));
+  c.handshake_timeout = milliseconds(r.positive("daemon", "handshake_timeout_ms", c.handshake_timeout.count()));
   c.max_tenants = static_cast<std::uint32_t>(r.positive("daemon", "max_tenants", c.max_tenants));
   c.max_tenants_per_uid = static_cast<std::uint32_t>(r.positive("daemon", "max_tenants_per_uid", c.max_tenants_per_uid));
   c.max_segment_bytes = static_cast<std::uint64_t>(r.positive("daemon", "max_segment_mib", c.max_segment_bytes >> 20)) << 20;
@@ -99,6 +109,8 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
     c.deterministic = *v;
   }
   c.group_window_ms = r.positive_real("model", "group_window_ms", c.group_window_ms);
+  c.min_training_share = r.positive_real("model", "min_training_share", c.min_training_share);
+  if (c.min_training_share >= 1) r.fail("model", "min_training_share", "must be below 1");
   c.max_request_gflop = r.positive_real("model", "max_request_gflop", c.max_request_gflop);
   c.versions_kept = static_cast<std::uint32_t>(r.positive("model", "versions_kept", c.versions_kept));
   c.idle_evict = seconds(r.positive("model", "idle_evict_s", c.idle_evict.count()));
@@ -141,6 +153,7 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
 
   c.jobs_running_per_tenant = static_cast<std::uint32_t>(r.positive("jobs", "max_running_per_tenant", c.jobs_running_per_tenant));
   c.jobs_running = static_cast<std::uint32_t>(r.positive("jobs", "max_running", c.jobs_running));
+  c.job_heartbeat = milliseconds(r.positive("jobs", "heartbeat_ms", c.job_heartbeat.count()));
 
   r.get("metrics", "textfile", c.metrics_textfile);
   c.metrics_interval = seconds(r.positive("metrics", "interval_s", c.metrics_interval.count()));

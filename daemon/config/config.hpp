@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "schema/protocol.hpp"
 
@@ -18,11 +19,16 @@ struct TenantWeight {  // [tenants.NAME]
 struct DaemonConfig {
   // [daemon]
   std::string socket_path = schema::kDefaultSocketPath;
-  std::uint32_t socket_mode = 0666;          // access is decided per connection (SO_PEERCRED)
+  // Who may connect: the socket file's mode and group (members attach; tenant names are then
+  // decided per connection by SO_PEERCRED). The group is left as is if it does not exist.
+  std::uint32_t socket_mode = 0660;
+  std::string socket_group = "nexus";
   std::uint32_t max_tenants = 64;
   std::uint32_t max_tenants_per_uid = 16;    // tenants one Unix user may have attached at once
   std::uint64_t max_segment_bytes = 1ull << 30;  // per tenant: rings + both arenas
-  std::uint32_t max_pending_connections = 256;   // accepted, not yet attached
+  std::uint32_t max_pending_connections = 256;   // accepted, not yet attached (Busy beyond)
+  std::uint32_t max_pending_per_uid = 64;        // ... of one Unix user
+  std::chrono::milliseconds handshake_timeout{5000};  // a connection that has not attached by then is closed
   std::uint32_t max_in_flight = 8;           // a tenant's requests handed to the services, unanswered
   std::uint64_t request_bytes_per_tenant = 64ull << 20;  // what those hold in memory
   std::chrono::microseconds spin{100};       // reactor busy-polls this long after the last work
@@ -38,6 +44,7 @@ struct DaemonConfig {
   std::chrono::microseconds batch_wait{2000};   // T: ... or when its oldest request waited this long
   bool deterministic = false;                   // bitwise results whatever the group (no grouping)
   double group_window_ms = 20;                  // training: who joins the fair-share leader's group
+  double min_training_share = 0.3;              // training's floor of the executor when inference saturates it
   double max_request_gflop = 2000;              // per-request cost budget
   std::uint32_t versions_kept = 8;              // published versions kept per tenant (+ pinned)
   std::chrono::seconds idle_evict{600};         // a detached tenant's slot: checkpointed and freed after
@@ -55,6 +62,9 @@ struct DaemonConfig {
   // [jobs]
   std::uint32_t jobs_running_per_tenant = 2;
   std::uint32_t jobs_running = 16;
+  std::chrono::milliseconds job_heartbeat{60000};  // a job loop silent this long is restarted
+  // Test only (nexusd --inject-fault NAME): faults the Health Manager's tests provoke.
+  std::vector<std::string> inject_faults;
   // [metrics]
   std::string metrics_textfile;                  // empty: none written
   std::chrono::seconds metrics_interval{15};
@@ -68,5 +78,10 @@ std::string resolve_weights(const DaemonConfig& c);
 
 // Loads `path` over the defaults; throws std::runtime_error with the file and key on bad input.
 DaemonConfig load_config_file(const std::string& path, DaemonConfig base = {});
+
+// `nexusd --check-config`: prints what `c` resolves to (socket, weights, state, bounds) and the
+// problems that would stop or weaken the daemon (weights not found, no such socket group);
+// returns 0 if it would start, 2 if not.
+int check_config(const DaemonConfig& c, const std::string& source);
 
 }  // namespace nexus::daemon

@@ -16,11 +16,12 @@ struct EnvService::Session {
   std::string failure;      // GUARDED_BY(mu): non-empty once the session failed
 };
 
-EnvService::EnvService(EnvLimits limits, SessionFactory factory, metrics::Accounting* accounting)
+EnvService::EnvService(EnvLimits limits, SessionFactory factory, metrics::Accounting* accounting,
+                       daemon::HealthManager* health, bool inject_worker_throw)
     : limits_(limits),
       factory_(factory ? std::move(factory) : SessionFactory(make_builtin_session)),
       accounting_(accounting),
-      pool_(std::max(0, limits.workers)) {}
+      pool_(std::max(0, limits.workers), health, inject_worker_throw) {}
 
 EnvService::~EnvService() = default;
 

@@ -60,7 +60,10 @@ using SessionFactory = std::function<std::unique_ptr<EnvSession>(const std::stri
 class EnvService {
  public:
   // accounting (optional): environment steps per tenant and the service's busy time.
-  explicit EnvService(EnvLimits limits = {}, SessionFactory factory = {}, metrics::Accounting* accounting = nullptr);
+  // health (optional): the worker pool's threads are roles, restarted if their loop dies;
+  // inject_worker_throw: fault injection for that test (one worker throws once).
+  explicit EnvService(EnvLimits limits = {}, SessionFactory factory = {}, metrics::Accounting* accounting = nullptr,
+                      daemon::HealthManager* health = nullptr, bool inject_worker_throw = false);
   ~EnvService();
 
   struct Opened {

@@ -1,6 +1,7 @@
 #include "daemon/env/worker_pool.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace nexus::env {
 
@@ -9,25 +10,49 @@ struct WorkerPool::Batch {
   std::size_t remaining;  // GUARDED_BY(WorkerPool::mu_)
 };
 
-WorkerPool::WorkerPool(int threads) {
-  for (int i = 0; i < threads; ++i)
-    threads_.emplace_back([this] {
-      std::unique_lock lk(mu_);
-      for (;;) {
-        work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-        if (stop_) return;
-        run_one(lk, nullptr);
-      }
-    });
+WorkerPool::WorkerPool(int threads, daemon::HealthManager* health, bool throw_once)
+    : health_(health), throw_once_(throw_once) {
+  threads_.resize(static_cast<std::size_t>(std::max(0, threads)));
+  for (std::size_t i = 0; i < threads_.size(); ++i) {
+    if (health_)
+      roles_.push_back(health_->add("env-worker-" + std::to_string(i), std::chrono::milliseconds(0),
+                                    [this, i] { start_worker(i); }));
+    start_worker(i);
+  }
+}
+
+// At construction, and by the Health Manager after worker i's loop died.
+void WorkerPool::start_worker(std::size_t i) {
+  std::lock_guard lk(mu_);
+  if (stop_) return;
+  if (threads_[i].joinable()) retired_.push_back(std::move(threads_[i]));
+  threads_[i] = std::thread([this, i] { worker_loop(i); });
+}
+
+void WorkerPool::worker_loop(std::size_t i) {
+  try {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      if (throw_once_.exchange(false)) throw std::runtime_error("injected fault: an environment worker threw");
+      run_one(lk, nullptr);
+    }
+  } catch (const std::exception& e) {  // a part never throws (parallel_for's contract): the loop did
+    if (i < roles_.size()) roles_[i]->failed(e.what());
+  }
 }
 
 WorkerPool::~WorkerPool() {
+  for (auto& r : roles_) health_->remove(r);
   {
     std::lock_guard lk(mu_);
     stop_ = true;
   }
   work_cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  for (auto& t : retired_) t.join();
 }
 
 bool WorkerPool::run_one(std::unique_lock<std::mutex>& lk, const Batch* only) {

@@ -15,11 +15,16 @@
 #include <thread>
 #include <vector>
 
+#include "daemon/health/health_manager.hpp"
+
 namespace nexus::env {
 
 class WorkerPool {
  public:
-  explicit WorkerPool(int threads);
+  // health (optional): each worker is a role ("env-worker-N"); a worker whose loop dies is
+  // restarted in place. throw_once (fault injection, tests): the first worker to find work
+  // throws out of its loop instead, once.
+  explicit WorkerPool(int threads, daemon::HealthManager* health = nullptr, bool throw_once = false);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -33,6 +38,12 @@ class WorkerPool {
   struct Batch;
   // Runs a queued part (of `only` if set, else any); false if there is none.
   bool run_one(std::unique_lock<std::mutex>& lk, const Batch* only);
+  void start_worker(std::size_t i);  // (re)starts worker i
+  void worker_loop(std::size_t i);
+  daemon::HealthManager* const health_;
+  std::atomic<bool> throw_once_;
+  std::vector<std::shared_ptr<daemon::Role>> roles_;
+  std::vector<std::thread> retired_;  // GUARDED_BY(mu_): dead workers' threads, joined at the end
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::pair<Batch*, std::size_t>> queue_;  // GUARDED_BY(mu_)

@@ -1,6 +1,7 @@
 #include "daemon/ipc/listener.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -61,10 +62,21 @@ Listener open_listener(const DaemonConfig& config) {
   remove_stale(config.socket_path, a);
   l.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (l.fd < 0) fail("socket");
-  if (::bind(l.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
-    fail("bind " + config.socket_path);
+  // The socket file is born with its mode (a umask around bind), never chmod'ed by path
+  // afterwards: nothing here follows a symlink someone could put in its place.
+  const mode_t old_mask = ::umask(0777 & ~static_cast<mode_t>(config.socket_mode));
+  const int bound = ::bind(l.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  ::umask(old_mask);
+  if (bound != 0) fail("bind " + config.socket_path);
   l.path = config.socket_path;
-  if (::chmod(config.socket_path.c_str(), config.socket_mode) != 0) fail("chmod " + l.path);
+  if (!config.socket_group.empty()) {
+    if (const group* g = ::getgrnam(config.socket_group.c_str())) {
+      if (::fchownat(AT_FDCWD, l.path.c_str(), static_cast<uid_t>(-1), g->gr_gid, AT_SYMLINK_NOFOLLOW) != 0)
+        l.warning = "cannot give " + l.path + " to group " + config.socket_group + ": " + std::strerror(errno);
+    } else {
+      l.warning = "no group '" + config.socket_group + "': " + l.path + " keeps nexusd's group";
+    }
+  }
   if (::listen(l.fd, 128) != 0) fail("listen " + l.path);
   return l;
 }

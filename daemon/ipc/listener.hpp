@@ -11,6 +11,7 @@ struct Listener {
   int fd = -1;
   bool from_systemd = false;
   std::string path;  // the path we bound and must unlink on exit (empty when from systemd)
+  std::string warning;  // for the log: the socket's group could not be set
 };
 
 // Throws std::runtime_error naming the path and errno on failure, including when another

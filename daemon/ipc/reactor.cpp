@@ -7,9 +7,11 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <flatbuffers/flatbuffers.h>
 #include <stdexcept>
 
 #include "daemon/log/log.hpp"
+#include "daemon/state/private_files.hpp"
 #include "daemon/ipc/service_port.hpp"
 #include "schema/doorbell.hpp"
 
@@ -28,8 +30,16 @@ inline void cpu_relax() {
 
 }  // namespace
 
+namespace {
+// The state directory is private to the daemon's user; tenant names' owners are kept in it.
+std::filesystem::path bindings_file(const DaemonConfig& c) {
+  ensure_private_dir(c.state_dir);
+  return std::filesystem::path(c.state_dir) / "tenants.json";
+}
+}  // namespace
+
 Reactor::Reactor(DaemonConfig config, int listen_fd, ServicePort* services)
-    : config_(std::move(config)), listen_fd_(listen_fd), services_(services) {
+    : config_(std::move(config)), listen_fd_(listen_fd), services_(services), registry_(bindings_file(config_)) {
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
   stop_fd_ = schema::make_doorbell();
@@ -53,9 +63,20 @@ void Reactor::watch(int fd, Tag tag, std::uint64_t id, bool add) {
   epoll_event ev{};
   const bool socket = tag == Tag::TenantSocket || tag == Tag::Connection;
   ev.events = EPOLLIN | (socket ? static_cast<std::uint32_t>(EPOLLRDHUP) : 0u);
+  if (tag == Tag::Connection) {
+    // A connection with replies waiting is watched for writability only: it gets no more
+    // requests read until it reads its replies (its backpressure, nobody else's).
+    auto it = connections_.find(id);
+    if (it != connections_.end() && !it->second.out.empty()) ev.events = EPOLLOUT | EPOLLRDHUP;
+  }
   ev.data.u64 = (static_cast<std::uint64_t>(tag) << kTagShift) | id;
   ::epoll_ctl(epoll_, add ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev);
 }
+
+// An fd leaves the epoll set before it is closed: a registration lives as long as the open file
+// description, which a peer holding a dup (of a doorbell eventfd, say) would otherwise keep
+// alive, reporting readiness for an id that no longer exists, forever.
+void Reactor::unwatch(int fd) { ::epoll_ctl(epoll_, EPOLL_CTL_DEL, fd, nullptr); }
 
 void Reactor::run() {
   sd_notify(0, "READY=1");
@@ -121,7 +142,7 @@ bool Reactor::handle_events(int timeout_ms) {
         NEXUS_LOG(info, "stop_requested", "");
         keep_running = false;
         break;
-      case Tag::Connection: on_connection(id); break;
+      case Tag::Connection: on_connection(id, events[i].events); break;
       case Tag::TenantSocket: {
         auto it = sessions_.find(id);
         if (it == sessions_.end()) break;
@@ -140,10 +161,14 @@ bool Reactor::handle_events(int timeout_ms) {
       }
     }
   }
+  expire_handshakes();
   if (!config_.metrics_textfile.empty() && std::chrono::steady_clock::now() >= next_textfile_) write_metrics_textfile();
-  if (sd_watchdog_enabled(0, nullptr) > 0) {
+  std::uint64_t watchdog_us = 0;
+  if (sd_watchdog_enabled(0, &watchdog_us) > 0) {
     const auto now = std::chrono::steady_clock::now();
-    if (now - last_watchdog_ > std::chrono::seconds(1)) {
+    // Twice per watchdog interval (and at least every second): the reactor is alive.
+    const auto every = std::min<std::chrono::microseconds>(std::chrono::microseconds(watchdog_us / 2), std::chrono::seconds(1));
+    if (now - last_watchdog_ >= every) {
       sd_notify(0, "WATCHDOG=1");
       last_watchdog_ = now;
     }
@@ -154,7 +179,7 @@ bool Reactor::handle_events(int timeout_ms) {
 void Reactor::request_stop() const { schema::ring_doorbell(stop_fd_); }  // one write(2): signal-safe
 
 void Reactor::accept_all() {
-  for (;;) {
+  for (int accepted = 0; accepted < 64; ++accepted) {  // a flood of connections waits its turn too
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR) continue;
@@ -164,46 +189,117 @@ void Reactor::accept_all() {
     }
     ucred peer{};
     socklen_t len = sizeof peer;
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 ||
-        connections_.size() >= config_.max_pending_connections) {
-      NEXUS_LOG(warn, "connection_refused", "reason={}",
-                connections_.size() >= config_.max_pending_connections ? "too_many_pending"
-                                                                       : "no_peer_credentials");
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0) {
       ::close(fd);
       continue;
     }
+    std::uint32_t of_uid = 0;
+    for (const auto& [cid, c] : connections_) of_uid += c.peer.uid == peer.uid;
+    const bool too_many = connections_.size() >= config_.max_pending_connections;
+    if (too_many || of_uid >= config_.max_pending_per_uid) {
+      // A typed refusal, sent without waiting (a fresh socket's buffer takes one small frame).
+      flatbuffers::FlatBufferBuilder fbb(256);
+      const std::string why = too_many ? "nexusd has " + std::to_string(connections_.size()) + " connections not yet attached"
+                                       : "uid " + std::to_string(peer.uid) + " has " + std::to_string(of_uid) +
+                                             " connections not yet attached ([daemon] max_pending_per_uid)";
+      fbb.Finish(wire::CreateControlMessage(fbb, wire::ControlBody::Error,
+                                            wire::CreateError(fbb, wire::ErrorCode::Busy, fbb.CreateString(why)).Union()));
+      const std::uint32_t n = fbb.GetSize();
+      std::vector<std::uint8_t> frame(sizeof n + n);
+      std::memcpy(frame.data(), &n, sizeof n);
+      std::memcpy(frame.data() + sizeof n, fbb.GetBufferPointer(), n);
+      [[maybe_unused]] auto sent = ::send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      ::close(fd);
+      NEXUS_LOG(debug, "connection_refused", "uid={} reason=\"{}\"", peer.uid, why);
+      continue;
+    }
     const std::uint64_t id = next_id_++;
-    connections_.emplace(id, Connection{fd, peer, {}});
+    connections_.emplace(id, Connection{id, fd, peer, std::chrono::steady_clock::now(), {}, {}, 0, 0, false});
     watch(fd, Tag::Connection, id, true);
   }
 }
 
-void Reactor::on_connection(std::uint64_t id) {
+void Reactor::on_connection(std::uint64_t id, std::uint32_t events) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
+  Connection& c = it->second;
+  if (!c.out.empty() || c.closing) {  // writable again, or gone
+    if (!flush_out(c) || (c.closing && c.out.empty())) return close_connection(id);
+    if (c.out.empty()) watch(c.fd, Tag::Connection, id, false);  // readable again
+    return;
+  }
   std::vector<std::uint8_t> frame;
-  for (;;) {
-    switch (it->second.frames.feed(it->second.fd, frame)) {
-      case schema::FrameAccumulator::Result::NeedMore: return;
+  for (int n = 0; n < kFramesPerEvent; ++n) {
+    switch (c.frames.feed(c.fd, frame)) {
+      case schema::FrameAccumulator::Result::NeedMore:
+        if (events & (EPOLLHUP | EPOLLERR)) close_connection(id);
+        return;
       case schema::FrameAccumulator::Result::Closed:
         close_connection(id);
         return;
       case schema::FrameAccumulator::Result::Malformed:
-        refuse(it->second, false, wire::ErrorCode::MessageTooLarge, "control frame too large");
+        refuse(c, false, wire::ErrorCode::MessageTooLarge, "control frame too large");
         close_connection(id);
         return;
       case schema::FrameAccumulator::Result::Frame:
         // false: the connection was closed or became a tenant session.
-        if (!handle_control_frame(id, it->second, frame)) return;
+        if (!handle_control_frame(id, c, frame)) return;
+        if (c.closing) return close_connection(id);  // over its reply queue's cap
+        if (!c.out.empty()) return;  // replies wait: read nothing more until they are taken
         break;
     }
+  }
+}
+
+void Reactor::send_control(Connection& c, std::span<const std::uint8_t> payload) {
+  const std::uint32_t n = static_cast<std::uint32_t>(payload.size());
+  std::vector<std::uint8_t> frame(sizeof n + payload.size());
+  std::memcpy(frame.data(), &n, sizeof n);
+  std::memcpy(frame.data() + sizeof n, payload.data(), payload.size());
+  const bool was_empty = c.out.empty();
+  c.out_bytes += frame.size();
+  c.out.push_back(std::move(frame));
+  if (!flush_out(c)) {
+    c.closing = true;  // over its cap or gone: closed at its next event
+    c.out.clear();
+  }
+  if (was_empty && !c.out.empty()) watch(c.fd, Tag::Connection, c.id, false);  // now: writability
+}
+
+bool Reactor::flush_out(Connection& c) {
+  while (!c.out.empty()) {
+    const auto& f = c.out.front();
+    const ssize_t n = ::send(c.fd, f.data() + c.out_sent, f.size() - c.out_sent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      return false;
+    }
+    c.out_sent += static_cast<std::size_t>(n);
+    if (c.out_sent < f.size()) continue;
+    c.out_bytes -= f.size();
+    c.out_sent = 0;
+    c.out.pop_front();
+  }
+  return c.out_bytes <= kMaxQueuedReplyBytes;
+}
+
+void Reactor::expire_handshakes() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::uint64_t> expired;
+  for (const auto& [id, c] : connections_)
+    if (now - c.accepted_at > config_.handshake_timeout) expired.push_back(id);
+  for (auto id : expired) {
+    NEXUS_LOG(debug, "handshake_timeout", "uid={}", connections_.at(id).peer.uid);
+    close_connection(id);
   }
 }
 
 void Reactor::close_connection(std::uint64_t id) {
   auto it = connections_.find(id);
   if (it == connections_.end()) return;
-  ::close(it->second.fd);  // also removes it from the epoll set
+  unwatch(it->second.fd);
+  ::close(it->second.fd);
   connections_.erase(it);
 }
 
@@ -216,6 +312,8 @@ void Reactor::detach(std::uint64_t id, const char* why) {
   registry_.release(s.name);
   if (services_) services_->tenant_detached(s.name);
   session_ids_.erase(s.session_id);
+  unwatch(s.socket);
+  unwatch(s.daemon_doorbell);
   sessions_.erase(it);  // unmaps the segment, closes socket and doorbells
 }
 

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -54,18 +55,36 @@ class Reactor {
   void request_stop() const;
 
  private:
-  struct Connection {  // accepted, not (yet) attached: attach or status requests
+  // Per-event work budgets: no peer keeps the reactor busy for long, whatever it sends.
+  static constexpr int kFramesPerEvent = 8;           // control frames read per readiness event
+  static constexpr int kReadsPerEvent = 16;           // recvmsg calls on a tenant's socket per event
+  static constexpr std::size_t kMaxQueuedReplyBytes = 256 * 1024;  // per connection; beyond: closed
+
+  struct Connection {  // accepted, not (yet) attached: attach, status, metrics, cancel, release
+    std::uint64_t id;
     int fd;
     ucred peer;
+    std::chrono::steady_clock::time_point accepted_at;
     schema::FrameAccumulator frames;
+    // Replies the peer has not read yet (length-prefixed frames). While any wait, the connection
+    // is watched for writability only: its next requests stay in its own socket buffer.
+    std::deque<std::vector<std::uint8_t>> out;
+    std::size_t out_bytes = 0, out_sent = 0;  // out_sent: bytes of out.front() already sent
+    bool closing = false;                     // close once `out` is flushed
   };
   enum class Tag : std::uint64_t { Listener = 1, Stop, Connection, TenantSocket, Doorbell, Completion };
 
   // reactor.cpp: events and lifecycle
   bool handle_events(int timeout_ms);  // false once a stop signal arrived
   void accept_all();
-  void on_connection(std::uint64_t id);
+  void on_connection(std::uint64_t id, std::uint32_t events);
   void close_connection(std::uint64_t id);
+  void expire_handshakes();  // closes connections that did not attach within the deadline
+  void unwatch(int fd);      // removes fd from the epoll set: before every close
+  // Sends a control frame without ever waiting: what the socket does not take is queued on the
+  // connection (up to kMaxQueuedReplyBytes; beyond, the connection is closed).
+  void send_control(Connection& c, std::span<const std::uint8_t> frame);
+  bool flush_out(Connection& c);  // false: the peer is gone or over its queue cap
   void detach(std::uint64_t id, const char* why);
   void watch(int fd, Tag tag, std::uint64_t id, bool add);
 
@@ -75,6 +94,7 @@ class Reactor {
   void send_status(Connection& c, double usage_since_s);
   void send_metrics(Connection& c);
   void cancel_job(Connection& c, std::uint64_t job);
+  void release_tenant(Connection& c, const std::string& name);
   std::string metrics_text() const;
   void write_metrics_textfile();  // every config.metrics_interval, when configured
   void refuse(Connection& c, bool attach_reply, wire::ErrorCode code, const std::string& reason);
@@ -84,6 +104,7 @@ class Reactor {
   bool serve(TenantSession& s);
   void handle_message(TenantSession& s, std::span<const std::uint8_t> message);
   void push_reply(TenantSession& s, std::span<const std::uint8_t> reply);
+  void push_large_reply(TenantSession& s, std::span<const std::uint8_t> reply);
   void flush_pending(TenantSession& s);
   // Reads what the tenant's socket holds, keeping the descriptors it carries; false at EOF.
   bool collect_offered_fds(TenantSession& s);

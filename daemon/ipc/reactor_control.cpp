@@ -26,7 +26,7 @@ void Reactor::refuse(Connection& c, bool attach_reply, wire::ErrorCode code,
     msg = wire::CreateControlMessage(fbb, wire::ControlBody::Error, err.Union());
   }
   fbb.Finish(msg);
-  schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()});
+  send_control(c, {fbb.GetBufferPointer(), fbb.GetSize()});
   NEXUS_LOG(info, "refused", "uid={} pid={} code={} reason=\"{}\"", c.peer.uid, c.peer.pid,
             wire::EnumNameErrorCode(code), reason);
 }
@@ -45,6 +45,11 @@ bool Reactor::handle_control_frame(std::uint64_t id, Connection& c,
     case wire::ControlBody::AttachRequest: return attach(id, c, *req.message->body_as_AttachRequest());
     case wire::ControlBody::MetricsRequest: send_metrics(c); break;
     case wire::ControlBody::CancelJobRequest: cancel_job(c, req.message->body_as_CancelJobRequest()->job()); break;
+    case wire::ControlBody::ReleaseTenantRequest: {
+      const auto* t = req.message->body_as_ReleaseTenantRequest()->tenant();
+      release_tenant(c, t ? t->str() : "");
+      break;
+    }
     default: send_status(c, req.message->body_as_StatusRequest()->usage_since_s()); break;
   }
   return true;
@@ -101,7 +106,8 @@ bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest&
                                        layout->total_bytes);
   fbb.Finish(wire::CreateControlMessage(fbb, wire::ControlBody::AttachReply, reply.Union()));
   const int fds[3] = {segment->fd(), daemon_db, client_db};
-  if (!schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()}, fds)) {
+  // Never waited for: a peer that does not read gets no tenant (the fds go with the frame).
+  if (!c.out.empty() || !schema::send_frame(c.fd, {fbb.GetBufferPointer(), fbb.GetSize()}, fds, std::chrono::milliseconds(0))) {
     registry_.release(name);
     ::close(daemon_db);
     ::close(client_db);
@@ -112,7 +118,7 @@ bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest&
 
   const int sock = c.fd;
   const ucred peer = c.peer;
-  connections_.erase(id);  // the socket now belongs to the session
+  connections_.erase(id);  // the socket now belongs to the session (same fd, same epoll entry)
   auto session = std::make_unique<TenantSession>(sock, peer, name, claim.session_id,
                                                  std::move(segment), daemon_db, client_db);
   watch(sock, Tag::TenantSocket, id, false);

@@ -9,6 +9,7 @@
 #include "daemon/log/log.hpp"
 #include "daemon/ipc/service_port.hpp"
 #include "schema/doorbell.hpp"
+#include "schema/protocol.hpp"
 
 namespace nexus::daemon {
 namespace {
@@ -93,6 +94,11 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
                                                           : std::span<const std::uint8_t>{}));
       return;
     }
+    case wire::Body::OutputRelease: {  // no reply: the tenant took its large replies
+      if (const auto* offsets = req.message->body_as_OutputRelease()->offsets())
+        for (auto o : *offsets) s.output.release(o);
+      return;
+    }
     case wire::Body::DigestRequest: {
       // Read in place: the tenant may race us on these bytes, which only changes its own digest.
       const std::uint8_t* p = s.segment->client_arena() + req.input.offset;
@@ -140,11 +146,12 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
 }
 
 void Reactor::push_reply(TenantSession& s, std::span<const std::uint8_t> reply) {
+  if (reply.size() > s.responses.max_message()) return push_large_reply(s, reply);
   if (s.pending.empty()) {
     switch (s.responses.try_push(reply)) {
       case schema::PushStatus::Ok: return;
       case schema::PushStatus::Full: break;
-      case schema::PushStatus::TooLarge:  // replies are bounded by RequestLimits; never expected
+      case schema::PushStatus::TooLarge:  // checked above
         NEXUS_LOG(error, "reply_too_large", "tenant={} bytes={}", s.name, reply.size());
         return;
       case schema::PushStatus::PeerCorrupt:  // the tenant wrote an impossible head index
@@ -154,6 +161,26 @@ void Reactor::push_reply(TenantSession& s, std::span<const std::uint8_t> reply) 
     }
   }
   s.pending.emplace_back(reply.begin(), reply.end());
+}
+
+// A reply larger than the ring goes, whole, into the tenant's output arena; the ring carries an
+// OutputReply naming where (nexus.fbs). If it fits neither, the request gets a typed error.
+void Reactor::push_large_reply(TenantSession& s, std::span<const std::uint8_t> reply) {
+  const std::uint64_t request_id = wire::GetMessage(reply.data())->request_id();  // our own bytes
+  const auto offset = s.output.allocate(reply.size());
+  if (!offset) {
+    push_reply(s, replies_.error(request_id, wire::ErrorCode::MessageTooLarge,
+                                 "a reply of " + std::to_string(reply.size()) + " bytes fits neither the response ring (" +
+                                     std::to_string(s.responses.max_message()) + ") nor your output arena (" +
+                                     std::to_string(s.output.free_bytes()) + " of " + std::to_string(s.output.size()) +
+                                     " bytes free): attach with larger ones, or release earlier large replies"));
+    return;
+  }
+  std::memcpy(s.segment->output_arena() + *offset, reply.data(), reply.size());
+  flatbuffers::FlatBufferBuilder fbb(128);
+  fbb.Finish(wire::CreateMessage(fbb, schema::kProtocolVersion, request_id, wire::Body::OutputReply,
+                                 wire::CreateOutputReply(fbb, *offset, reply.size()).Union()));
+  push_reply(s, {fbb.GetBufferPointer(), fbb.GetSize()});
 }
 
 void Reactor::flush_pending(TenantSession& s) {

@@ -15,9 +15,10 @@
 namespace nexus::daemon {
 namespace {
 
-void send_control(int fd, flatbuffers::FlatBufferBuilder& fbb, wire::ControlBody type, flatbuffers::Offset<void> body) {
+std::span<const std::uint8_t> finish_control(flatbuffers::FlatBufferBuilder& fbb, wire::ControlBody type,
+                                             flatbuffers::Offset<void> body) {
   fbb.Finish(wire::CreateControlMessage(fbb, type, body));
-  schema::send_frame(fd, {fbb.GetBufferPointer(), fbb.GetSize()});
+  return {fbb.GetBufferPointer(), fbb.GetSize()};
 }
 
 }  // namespace
@@ -51,6 +52,7 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   const auto tv = fbb.CreateVector(tenants);
   const auto uv = fbb.CreateVector(usage);
   const auto jv = fbb.CreateVector(jobs);
+  const auto hv = fbb.CreateVectorOfStrings(st.health);
   wire::StatusReplyBuilder r(fbb);
   r.add_daemon_version(version);
   r.add_protocol_version(schema::kProtocolVersion);
@@ -77,7 +79,9 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   r.add_dataset_bytes(st.dataset_bytes);
   r.add_rerun_groups(st.rerun_groups);
   r.add_longest_training_turn_s(st.longest_training_turn_s);
-  send_control(c.fd, fbb, wire::ControlBody::StatusReply, r.Finish().Union());
+  r.add_health_restarts(st.health_restarts);
+  r.add_health(hv);
+  send_control(c, finish_control(fbb, wire::ControlBody::StatusReply, r.Finish().Union()));
 }
 
 std::string Reactor::metrics_text() const {
@@ -93,7 +97,7 @@ std::string Reactor::metrics_text() const {
 void Reactor::send_metrics(Connection& c) {
   flatbuffers::FlatBufferBuilder fbb(8192);
   const auto text = fbb.CreateString(metrics_text());
-  send_control(c.fd, fbb, wire::ControlBody::MetricsReply, wire::CreateMetricsReply(fbb, text).Union());
+  send_control(c, finish_control(fbb, wire::ControlBody::MetricsReply, wire::CreateMetricsReply(fbb, text).Union()));
 }
 
 void Reactor::write_metrics_textfile() {
@@ -108,8 +112,18 @@ void Reactor::cancel_job(Connection& c, std::uint64_t job) {
   const auto r = services_->cancel_job(job, c.peer.uid);
   if (!r.ok) return refuse(c, false, r.code, r.state_or_reason);
   NEXUS_LOG(info, "job_cancel", "job={} by_uid={}", job, c.peer.uid);
-  send_control(c.fd, fbb, wire::ControlBody::CancelJobReply,
-               wire::CreateCancelJobReply(fbb, job, fbb.CreateString(r.state_or_reason)).Union());
+  send_control(c, finish_control(fbb, wire::ControlBody::CancelJobReply,
+                                 wire::CreateCancelJobReply(fbb, job, fbb.CreateString(r.state_or_reason)).Union()));
+}
+
+void Reactor::release_tenant(Connection& c, const std::string& name) {
+  const auto r = registry_.unbind(name, c.peer.uid);
+  if (r.code != wire::ErrorCode::None) return refuse(c, false, r.code, r.reason);
+  if (services_) services_->tenant_released(name);
+  NEXUS_LOG(info, "tenant_released", "tenant={} by_uid={}", name, c.peer.uid);
+  flatbuffers::FlatBufferBuilder fbb(128);
+  send_control(c, finish_control(fbb, wire::ControlBody::ReleaseTenantReply,
+                                 wire::CreateReleaseTenantReply(fbb, fbb.CreateString(name)).Union()));
 }
 
 }  // namespace nexus::daemon

@@ -32,6 +32,8 @@ class TenantSegment {
   // Only for writing results the tenant asked for into its own arena (environment observations),
   // at places checked against the arena's bounds.
   std::uint8_t* client_arena_for_results() const { return base_ + layout_.client_arena_offset; }
+  // Where replies too large for the response ring go (OutputArena allocates it).
+  std::uint8_t* output_arena() const { return base_ + layout_.output_arena_offset; }
 
  private:
   TenantSegment(int fd, std::uint8_t* base, const schema::SegmentLayout& layout)

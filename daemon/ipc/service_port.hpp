@@ -44,6 +44,8 @@ class ServicePort {
   virtual void submit(ServiceRequest request) = 0;
   virtual void tenant_attached(const std::string& tenant) = 0;
   virtual void tenant_detached(const std::string& tenant) = 0;
+  // The tenant's name was unbound from its owner (it may go to another uid).
+  virtual void tenant_released(const std::string& tenant) = 0;
   // For `nexusctl status/tenants/jobs/usage/top/metrics`: usage since the start, or over the
   // last `usage_since_s` seconds.
   virtual ServiceStatus status(std::optional<double> usage_since_s) const = 0;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/ipc/output_arena.hpp"
 #include "daemon/ipc/segment.hpp"
 #include "schema/ring.hpp"
 
@@ -47,6 +48,8 @@ struct TenantSession {
   // (the newest); at most kMaxOfferedFds (more are closed on arrival). Closed with the session.
   static constexpr std::size_t kMaxOfferedFds = 4;
   std::deque<int> offered_fds;
+
+  OutputArena output{segment->layout().output_arena_bytes};  // large replies (OutputReply)
 
   bool broken = false;  // the tenant corrupted a ring beyond resynchronisation
   std::uint32_t in_flight = 0;  // requests handed to the services, unanswered

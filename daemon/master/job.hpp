@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/master/jobs.hpp"
 
@@ -35,7 +36,9 @@ struct JobRegistry::Job {
   // GUARDED_BY(JobRegistry::mu_):
   bool admitted = false;  // holds a running place
   bool exited = false;    // its thread (or RL run) is done and may be joined
-  std::thread thread;                           // sft, eval
+  std::thread thread;                           // sft, eval: the current loop
+  std::vector<std::thread> superseded_threads;  // loops a restart replaced (they leave when they wake)
+  std::shared_ptr<Role> role;                   // its heartbeat (Health Manager)
   std::unique_ptr<RlRun, RlRunDeleter> rl;      // rl
 
   bool terminal() const {

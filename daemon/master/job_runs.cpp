@@ -1,6 +1,7 @@
 // What sft and eval jobs do, each on its own thread: requests to the model service (waited for
 // one at a time, like a tenant's own program would) and the Environment Service.
 #include <future>
+#include <thread>
 
 #include "daemon/master/dataset_routes.hpp"
 #include "daemon/master/job.hpp"
@@ -33,10 +34,21 @@ struct EvalBuffers {
 
 }  // namespace
 
-void JobRegistry::run_sft(Job& job) {
+void JobRegistry::run_sft(Job& job, std::uint64_t generation) {
   const auto& s = job.sft;
   const std::string tenant = job.info.tenant;
-  for (int step = 0; step < s.steps; ++step) {
+  int first;
+  {
+    std::lock_guard lk(job.mu);
+    first = static_cast<int>(job.info.done);  // after a restart: on from the last finished step
+  }
+  for (int step = first; step < s.steps; ++step) {
+    if (superseded(job, generation)) return;
+    if (job.role) job.role->beat();
+    if (step == first + 2 && hang_once_.exchange(false)) {  // fault injection: hang past the heartbeat
+      std::this_thread::sleep_for(limits_.heartbeat * 3);
+      if (superseded(job, generation)) return;
+    }
     if (job.cancelled) return finish(job, "cancelled", "");
     std::shared_ptr<const env::SampledBatch> batch;
     try {
@@ -46,15 +58,16 @@ void JobRegistry::run_sft(Job& job) {
       return finish(job, "failed", e.what());
     }
     const auto r = call(model_, sampled_sft_request(tenant, std::move(batch), nullptr));
+    if (superseded(job, generation)) return;
     if (const auto why = failure_of(r); !why.empty()) return finish(job, "failed", why);
     std::lock_guard lk(job.mu);
     job.info.done = step + 1;
     job.info.loss = std::get<model::Stepped>(r).loss;
   }
-  finish(job, "finished", "");
+  if (!superseded(job, generation)) finish(job, "finished", "");
 }
 
-void JobRegistry::run_eval(Job& job) {
+void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
   const auto& e = job.eval;
   const std::string tenant = job.info.tenant;
   model::Request digest;
@@ -109,6 +122,8 @@ void JobRegistry::run_eval(Job& job) {
   int successes = 0, ended = 0;
   double total_return = 0;
   for (int t = 0; t < opened.spec.max_steps && ended < n; ++t) {
+    if (superseded(job, generation)) return;  // a restart runs the evaluation again from the start
+    if (job.role) job.role->beat();
     if (job.cancelled) return finish(job, "cancelled", "");
     model::Request predict;
     predict.tenant = tenant;
@@ -156,6 +171,7 @@ void JobRegistry::run_eval(Job& job) {
     job.info.success_rate = ended ? double(successes) / ended : 0;
     job.info.mean_return = total_return / static_cast<double>(n);
   }
+  if (superseded(job, generation)) return;
   {
     std::lock_guard lk(job.mu);
     job.info.done = n;

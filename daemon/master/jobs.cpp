@@ -8,8 +8,14 @@
 namespace nexus::daemon {
 
 JobRegistry::JobRegistry(model::ModelService& model, env::EnvService& envs, env::DatasetStore& datasets,
-                         JobLimits limits)
-    : model_(model), envs_(envs), datasets_(datasets), limits_(limits), reaper_([this] { reap(); }) {}
+                         JobLimits limits, HealthManager* health)
+    : model_(model),
+      envs_(envs),
+      datasets_(datasets),
+      limits_(limits),
+      health_(health),
+      hang_once_(limits.inject_hang),
+      reaper_([this] { reap(); }) {}
 
 JobRegistry::~JobRegistry() {
   {
@@ -23,9 +29,34 @@ JobRegistry::~JobRegistry() {
   cv_.notify_all();
   reaper_.join();
   for (auto& [id, job] : jobs_) {
+    if (job->role) health_->remove(job->role);
     if (job->thread.joinable()) job->thread.join();
+    for (auto& t : job->superseded_threads) t.join();
     job->rl.reset();  // joins its loops, closes its sessions
   }
+}
+
+void JobRegistry::launch(Job& j) {
+  if (j.thread.joinable()) j.superseded_threads.push_back(std::move(j.thread));
+  const std::uint64_t generation = j.role ? j.role->generation() : 1;
+  j.thread = std::thread([this, &j, generation] {
+    const bool first = generation <= 1;
+    if (!first || admit(j)) {
+      try {
+        j.info.kind == "sft" ? run_sft(j, generation) : run_eval(j, generation);
+      } catch (const std::exception& e) {  // a job's failure is its own
+        if (!superseded(j, generation)) finish(j, "failed", e.what());
+      }
+    }
+    if (superseded(j, generation)) return;  // the loop that replaced us reports for the job
+    std::lock_guard lk(mu_);
+    j.exited = true;
+    cv_.notify_all();
+  });
+}
+
+bool JobRegistry::superseded(Job& job, std::uint64_t generation) {
+  return job.role && !job.role->current(generation);
 }
 
 JobInfo JobRegistry::info_of(const Job& job) {
@@ -73,18 +104,12 @@ std::variant<std::uint64_t, JobRefused> JobRegistry::start(const std::string& te
   if (stop_) return JobRefused{wire::ErrorCode::Internal, "nexusd is stopping"};
   Job& j = *job;
   const auto id = add(std::move(job));
-  j.thread = std::thread([this, &j] {
-    if (admit(j)) {
-      try {
-        j.info.kind == "sft" ? run_sft(j) : run_eval(j);
-      } catch (const std::exception& e) {  // a job's failure is its own
-        finish(j, "failed", e.what());
-      }
-    }
-    std::lock_guard lk(mu_);
-    j.exited = true;
-    cv_.notify_all();
-  });
+  if (health_)  // a silent loop is restarted: SFT continues from its last step, an evaluation starts over
+    j.role = health_->add("job-" + std::to_string(id), limits_.heartbeat, [this, &j] {
+      std::lock_guard lk(mu_);
+      if (!j.exited && !stop_) launch(j);
+    });
+  launch(j);
   log_text(LogLevel::Info, "job_queued", "job=" + std::to_string(id) + " tenant=" + tenant + " kind=" + j.info.kind);
   return id;
 }
@@ -124,6 +149,7 @@ bool JobRegistry::admit(Job& job) {
       if (j->admitted && !j->exited && !(j->rl && rl_finished(*j->rl)) && (!tenant || j->info.tenant == *tenant)) ++n;
     return n;
   };
+  RoleIdle waiting(job.role.get());  // queued: no heartbeat expected
   cv_.wait(lk, [&] {
     return stop_ || job.cancelled ||
            (running(nullptr) < limits_.max_running && running(&job.info.tenant) < limits_.max_running_per_tenant);
@@ -213,7 +239,10 @@ void JobRegistry::reap() {
     std::vector<std::unique_ptr<RlRun, RlRunDeleter>> ended_runs;
     std::size_t finished = 0;
     for (auto& [id, job] : jobs_) {
-      if (job->thread.joinable() && job->exited) job->thread.join();
+      if (job->thread.joinable() && job->exited) {
+        job->thread.join();
+        if (job->role) health_->remove(job->role), job->role.reset();
+      }
       if (job->rl && rl_finished(*job->rl) && !job->exited) {
         job->exited = true;  // the run's loops are done: its object may go (joins them, closes sessions)
         JobInfo last = info_of(*job);
@@ -227,7 +256,8 @@ void JobRegistry::reap() {
       if (job->exited) ++finished;
     }
     for (auto it = jobs_.begin(); finished > limits_.finished_kept && it != jobs_.end();)
-      if (it->second->exited && !it->second->thread.joinable() && !it->second->rl) {
+      if (it->second->exited && !it->second->thread.joinable() && !it->second->rl &&
+          it->second->superseded_threads.empty()) {
         it = jobs_.erase(it);
         --finished;
       } else {

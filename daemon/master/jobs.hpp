@@ -27,6 +27,7 @@
 
 #include "daemon/env/dataset_store.hpp"
 #include "daemon/env/env_service.hpp"
+#include "daemon/health/health_manager.hpp"
 #include "daemon/master/service_status.hpp"
 #include "daemon/model/model_service.hpp"
 #include "nexus/wire/nexus_generated.h"
@@ -37,6 +38,10 @@ struct JobLimits {
   int max_running_per_tenant = 2;
   int max_running = 16;
   std::size_t finished_kept = 256;  // finished jobs kept for `nexusctl jobs`
+  // An SFT or evaluation job's loop beats every step; one silent for this long is restarted
+  // (SFT continues from its last finished step, an evaluation starts over).
+  std::chrono::milliseconds heartbeat{60000};
+  bool inject_hang = false;         // fault injection (tests): one job loop hangs once, past it
 };
 
 struct JobRefused {
@@ -51,7 +56,8 @@ struct RlRunDeleter {
 
 class JobRegistry {
  public:
-  JobRegistry(model::ModelService& model, env::EnvService& envs, env::DatasetStore& datasets, JobLimits limits);
+  JobRegistry(model::ModelService& model, env::EnvService& envs, env::DatasetStore& datasets, JobLimits limits,
+              HealthManager* health = nullptr);
   ~JobRegistry();  // cancels and joins every job
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
@@ -72,8 +78,10 @@ class JobRegistry {
  private:
   struct Job;
   std::uint64_t add(std::unique_ptr<Job> job);  // holds mu_
-  void run_sft(Job& job);                        // the job's thread
-  void run_eval(Job& job);
+  void launch(Job& job);                         // holds mu_: (re)starts the job's thread
+  void run_sft(Job& job, std::uint64_t generation);  // the job's thread; returns when superseded
+  void run_eval(Job& job, std::uint64_t generation);
+  bool superseded(Job& job, std::uint64_t generation);  // a restart handed the loop on
   bool admit(Job& job);                          // waits for a place; false if cancelled meanwhile
   void finish(Job& job, const std::string& state, const std::string& error);
   static JobInfo info_of(const Job& job);        // holds job's lock
@@ -83,6 +91,8 @@ class JobRegistry {
   env::EnvService& envs_;
   env::DatasetStore& datasets_;
   const JobLimits limits_;
+  HealthManager* const health_;
+  std::atomic<bool> hang_once_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;                        // admissions and the reaper

@@ -17,9 +17,10 @@ Master::Impl::Impl(const MasterConfig& c, Completion done)
       complete(std::move(done)),
       accounting(std::make_shared<metrics::Accounting>()),
       model(c.model, accounting),
-      envs(c.env, env::session_factory(c.external_envs, c.external_timeouts), accounting.get()),
+      envs(c.env, env::session_factory(c.external_envs, c.external_timeouts), accounting.get(), &health,
+           c.faults.count("env-worker-throw") > 0),
       datasets(c.datasets),
-      jobs(model, envs, datasets, c.jobs) {
+      jobs(model, envs, datasets, c.jobs, &health) {
   accounting->record_timeline(c.record_timeline);
 }
 
@@ -165,6 +166,8 @@ void Master::tenant_detached(const std::string& tenant) {
     it = it->second.first == tenant ? impl_->memory.erase(it) : std::next(it);
 }
 
+void Master::tenant_released(const std::string& tenant) { impl_->model.tenant_released(tenant); }
+
 ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   const auto m = impl_->model.stats();
   ServiceStatus s;
@@ -179,6 +182,9 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   s.usage = impl_->accounting->snapshot(usage_since_s);
   for (const auto& [name, p] : impl_->config.model.tenants) s.weights[name] = p.weight;
   s.jobs = impl_->jobs.list();
+  for (const auto& r : impl_->health.roles())
+    if (r.restarts > 0) s.health.push_back(r.name + ": " + std::to_string(r.restarts) + " restart(s), last: " + r.last_reason);
+  s.health_restarts = impl_->health.restarts();
   return s;
 }
 

@@ -27,6 +27,7 @@ struct Master::Impl {
 
   const MasterConfig config;
   const Completion complete;
+  HealthManager health;  // first: the roles below deregister from it when they go
   std::shared_ptr<metrics::Accounting> accounting;
   model::ModelService model;
   env::EnvService envs;

@@ -57,6 +57,7 @@ std::variant<model::Request, ModelRouteError> to_model_request(const ServiceRequ
                                                                std::function<void(model::Result)> done) {
   model::Request m;
   m.tenant = r.tenant;
+  m.uid = r.uid;
   m.keepalive = r.segment;
   m.alive = r.alive;
   m.arrival = r.arrival;

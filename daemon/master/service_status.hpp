@@ -39,6 +39,8 @@ struct ServiceStatus {
   metrics::Snapshot usage;
   std::map<std::string, double> weights;  // configured tenants' fair-share weights
   std::vector<JobInfo> jobs;
+  std::uint64_t health_restarts = 0;  // roles the Health Manager restarted
+  std::vector<std::string> health;    // those roles: "name: N restart(s), last: reason"
 };
 
 }  // namespace nexus::daemon

@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -65,7 +66,8 @@ struct ModelService::Impl {
           for (const auto& [id, at] : last_training)
             if (now - at < std::chrono::seconds(2) && attached_ids.count(id)) training_active.insert(id);
           std::chrono::microseconds until{0};
-          turn = queues.next(now, config.batch, training, attached.size(), training_active, share, until);
+          const bool owed = busy_train < config.min_training_share * (busy_train + busy_infer);
+          turn = queues.next(now, config.batch, training, attached.size(), training_active, share, owed, until);
           wait = std::min(wait, until);
         }
         if (!turn) cv.wait_for(lk, wait);
@@ -82,6 +84,7 @@ struct ModelService::Impl {
   }
 
   void execute(detail::WorkQueues::Turn& turn) {
+    registry->apply_releases();  // a released name's old slot is gone before its new owner's turn
     const auto service = turn.inference ? Service::Inference : Service::Training;
     const auto& leader = detail::tenant_of(turn.works.front());
     metrics::BusyScope busy(accounting.get(), service, leader);
@@ -94,9 +97,19 @@ struct ModelService::Impl {
       charged = executor->run(turn.works, service);
     else
       charged = run_single(turn.works.front());
+    const auto end = sched::Clock::now();
+    const double took = std::chrono::duration<double>(end - busy.started()).count();
+    {
+      // Each queue's recent share of the executor: exponentially decaying busy seconds
+      // (a 5 s time constant), for the training floor.
+      std::lock_guard lk(mu);
+      const double decay = std::exp(-std::chrono::duration<double>(end - last_turn_end).count() / 5.0);
+      busy_train *= decay, busy_infer *= decay;
+      (turn.inference ? busy_infer : busy_train) += took;
+      last_turn_end = end;
+    }
     if (turn.inference) return;  // fair share is of training compute
     {
-      const double took = std::chrono::duration<double>(sched::Clock::now() - busy.started()).count();
       std::lock_guard lk(stats_mu);
       stats.longest_training_turn_s = std::max(stats.longest_training_turn_s, took);
     }
@@ -132,11 +145,11 @@ struct ModelService::Impl {
         [&](auto& o) -> Result {
           using T = std::decay_t<decltype(o)>;
           if constexpr (std::is_same_v<T, op::Register>) {
-            auto result = registry->register_tenant(tenant, o);
+            auto result = registry->register_tenant(tenant, r.uid, o);
             if (!std::holds_alternative<Failure>(result)) note_registered(tenant);
             return result;
           } else if constexpr (std::is_same_v<T, op::Load>) {
-            auto result = registry->load(tenant, o.tag);
+            auto result = registry->load(tenant, r.uid, o.tag);
             if (!std::holds_alternative<Failure>(result)) note_registered(tenant);
             return result;
           } else if constexpr (std::is_same_v<T, op::Backbone>) {
@@ -145,7 +158,7 @@ struct ModelService::Impl {
           } else if constexpr (std::is_same_v<T, op::Publish>) {
             return registry->publish(tenant);
           } else if constexpr (std::is_same_v<T, op::Save>) {
-            return registry->save(tenant, o.tag);
+            return registry->save(tenant, r.uid, o.tag);
           } else if constexpr (std::is_same_v<T, op::Digest>) {
             return registry->digest(tenant);
           } else {
@@ -179,6 +192,8 @@ struct ModelService::Impl {
   std::set<std::uint64_t> attached_ids;                         // GUARDED_BY(mu): the same, as ids
   std::set<std::string> attached;                               // GUARDED_BY(mu): attached and registered
   bool stop = false;                                            // GUARDED_BY(mu)
+  double busy_train = 0, busy_infer = 0;                        // GUARDED_BY(mu): recent, decaying
+  sched::Clock::time_point last_turn_end = sched::Clock::now(); // GUARDED_BY(mu)
 
   mutable std::mutex stats_mu;
   ModelStats stats;  // GUARDED_BY(stats_mu)
@@ -275,6 +290,8 @@ void ModelService::tenant_detached(const std::string& tenant) {
   }
   impl_->cv.notify_one();  // a waiting group may now hold every active tenant
 }
+
+void ModelService::tenant_released(const std::string& tenant) { impl_->registry->released(tenant); }
 
 void ModelService::pin_version(const std::string& tenant, std::uint64_t version) { impl_->registry->pin(tenant, version); }
 void ModelService::unpin_version(const std::string& tenant, std::uint64_t version) {

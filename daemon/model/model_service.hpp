@@ -101,6 +101,7 @@ using Result = std::variant<Failure, BackboneInfo, Stepped, Predicted, Published
 
 struct Request {
   std::string tenant;
+  std::uint32_t uid = 0;                            // the tenant's owner: whose private files it reaches
   Op op;
   std::shared_ptr<const void> keepalive;           // holds the memory the HostTensors point into
   std::shared_ptr<const std::atomic<bool>> alive;  // false: cancelled (its tenant left); no answer
@@ -118,8 +119,9 @@ struct ModelConfig {
   std::string weights;                   // safetensors; empty: the seeded initialisation
   sched::BatchPolicy batch;              // B and T, both queues
   double group_window_s = 0.02;          // training: who may join the fair-share leader's group
+  double min_training_share = 0.3;       // of the executor's recent time, while training waits
   int torch_threads = 0;                 // 0: all cores
-  std::string state_dir = "/var/lib/nexus";
+  std::string state_dir = "/var/lib/nexus";  // checkpoints: <state_dir>/tenants/<uid>/<tenant>/ (0700)
   bool deterministic = false;            // one backbone pass per request (bitwise per-tenant results)
   double max_request_gflop = 2000;       // per-request cost budget (samples x FLOPs x steps)
   int versions_kept = 8;                 // published versions kept per tenant (plus pinned ones)
@@ -153,6 +155,8 @@ class ModelService {
   // the idle time (checkpointed; it comes back from the checkpoint at its next request).
   void tenant_attached(const std::string& tenant);
   void tenant_detached(const std::string& tenant);
+  // The name was released (nexusctl tenant release): its slot is forgotten.
+  void tenant_released(const std::string& tenant);
   // Versions an evaluation reads stay published while pinned (counted: pin twice, unpin twice).
   void pin_version(const std::string& tenant, std::uint64_t version);
   void unpin_version(const std::string& tenant, std::uint64_t version);

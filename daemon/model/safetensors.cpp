@@ -1,5 +1,7 @@
 #include "daemon/model/safetensors.hpp"
 
+#include "daemon/state/private_files.hpp"
+
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -72,7 +74,7 @@ SafeTensorsFile read_safetensors(const std::string& path) {
   return f;
 }
 
-void write_safetensors(const std::string& path, const SafeTensorsFile& f) {
+void write_safetensors(const std::string& path, const SafeTensorsFile& f, unsigned mode) {
   nlohmann::json header = nlohmann::json::object();
   if (!f.metadata.empty()) header["__metadata__"] = f.metadata;
   std::uint64_t at = 0;
@@ -82,19 +84,13 @@ void write_safetensors(const std::string& path, const SafeTensorsFile& f) {
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned, as the format suggests
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw std::runtime_error("safetensors " + path + ": cannot write");
-    const std::uint64_t len = h.size();
-    out.write(reinterpret_cast<const char*>(&len), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const auto& [name, t] : f.tensors)
-      out.write(reinterpret_cast<const char*>(t.data.data()), static_cast<std::streamsize>(t.data.size()));
-    if (!out) throw std::runtime_error("safetensors " + path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error("safetensors " + path + ": cannot move into place");
+  std::string bytes;
+  bytes.reserve(8 + h.size() + at);
+  const std::uint64_t len = h.size();
+  bytes.append(reinterpret_cast<const char*>(&len), 8);
+  bytes.append(h);
+  for (const auto& [name, t] : f.tensors) bytes.append(reinterpret_cast<const char*>(t.data.data()), t.data.size());
+  daemon::write_private_file(path, bytes, mode);
 }
 
 }  // namespace nexus::model

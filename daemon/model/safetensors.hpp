@@ -25,6 +25,8 @@ std::size_t safetensors_dtype_size(const std::string& dtype);  // 0 if unknown
 
 // Throws std::runtime_error naming the file and what is wrong with it.
 SafeTensorsFile read_safetensors(const std::string& path);
-void write_safetensors(const std::string& path, const SafeTensorsFile& file);
+// Written atomically (temporary file, fsync, rename, directory fsync) with `mode`: 0600 for a
+// tenant's checkpoint, 0644 for backbone weights.
+void write_safetensors(const std::string& path, const SafeTensorsFile& file, unsigned mode = 0644);
 
 }  // namespace nexus::model

@@ -2,6 +2,7 @@
 
 #include "daemon/log/log_text.hpp"
 #include "daemon/model/request_binding.hpp"
+#include "daemon/state/private_files.hpp"
 
 namespace nexus::model::detail {
 
@@ -11,25 +12,30 @@ using daemon::LogLevel;
 SlotRegistry::SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone)
     : config_(config), backbone_(backbone) {}
 
-// Tags are checked by the master's decoder ([A-Za-z0-9._-], no ".."); tenant names by the
-// tenant registry.
-std::filesystem::path SlotRegistry::checkpoint_path(const std::string& tenant, const std::string& tag) const {
-  return std::filesystem::path(config_.state_dir) / "checkpoints" / tenant / tag;
-}
-std::filesystem::path SlotRegistry::eviction_path(const std::string& tenant) const {
-  return std::filesystem::path(config_.state_dir) / "evicted" / tenant;
+// Tags are checked by the decoder ([A-Za-z0-9._-], no ".."); tenant names by the tenant
+// registry. One directory per owner and tenant: a name another uid holds later (after a
+// release) never reaches the files of the uid that held it before.
+std::filesystem::path SlotRegistry::tenant_dir(std::uint32_t uid, const std::string& tenant) const {
+  const auto root = std::filesystem::path(config_.state_dir) / "tenants";
+  const auto dir = root / std::to_string(uid) / tenant;
+  daemon::ensure_private_dir(root);
+  daemon::ensure_private_dir(root / std::to_string(uid));
+  daemon::ensure_private_dir(dir);
+  return dir;
 }
 
 SlotEntry* SlotRegistry::find(const std::string& tenant) {
   auto it = slots_.find(tenant);
   if (it != slots_.end()) return &it->second;
-  if (!evicted_.count(tenant)) return nullptr;
-  evicted_.erase(tenant);
-  const auto path = eviction_path(tenant);
+  auto ev = evicted_.find(tenant);
+  if (ev == evicted_.end()) return nullptr;
+  const auto uid = ev->second;
+  evicted_.erase(ev);
   try {
+    const auto path = tenant_dir(uid, tenant) / "evicted";
     auto loaded = TenantSlot::load(path.string(), backbone_.dim);
     const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
-    auto& e = slots_[tenant] = SlotEntry{std::move(loaded.slot), views};
+    auto& e = slots_[tenant] = SlotEntry{std::move(loaded.slot), views, uid};
     log_text(LogLevel::Info, "slot_restored", "tenant=" + tenant + " step=" + std::to_string(e.trainer->steps()));
     std::error_code ec;
     std::filesystem::remove(path.string() + ".safetensors", ec);
@@ -41,10 +47,10 @@ SlotEntry* SlotRegistry::find(const std::string& tenant) {
   }
 }
 
-Result SlotRegistry::register_tenant(const std::string& tenant, const op::Register& r) {
+Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& r) {
   if (auto f = check_registration(r, backbone_)) return *f;
   try {
-    slots_[tenant] = SlotEntry{std::make_unique<TenantSlot>(r.head, r.optimizer, backbone_.dim, r.seed), r.views};
+    slots_[tenant] = SlotEntry{std::make_unique<TenantSlot>(r.head, r.optimizer, backbone_.dim, r.seed), r.views, uid};
   } catch (const std::invalid_argument& e) {
     return Failure{Fault::BadRequest, e.what()};
   }
@@ -83,13 +89,15 @@ Result SlotRegistry::digest(const std::string& tenant) {
   return SlotDigest{d.parameters, d.optimizer, static_cast<std::uint64_t>(d.step), e->trainer->latest_version()};
 }
 
-Result SlotRegistry::save(const std::string& tenant, const std::string& tag) {
+Result SlotRegistry::save(const std::string& tenant, std::uint32_t uid, const std::string& tag) {
   SlotEntry* e = find(tenant);
   if (!e) return Failure{Fault::NotRegistered, "register the tenant first"};
-  const auto path = checkpoint_path(tenant, tag);
+  std::filesystem::path path;
   try {
-    std::filesystem::create_directories(path.parent_path());
-    e->trainer->save(path.string(), {{"tenant", tenant}, {"views", e->views}});
+    const auto dir = tenant_dir(uid, tenant) / "checkpoints";
+    daemon::ensure_private_dir(dir);
+    path = dir / tag;
+    e->trainer->save(path.string(), {{"tenant", tenant}, {"uid", uid}, {"views", e->views}});
   } catch (const std::exception& ex) {
     return Failure{Fault::Internal, std::string("cannot save checkpoint: ") + ex.what()};
   }
@@ -97,15 +105,22 @@ Result SlotRegistry::save(const std::string& tenant, const std::string& tag) {
   return Saved{static_cast<std::uint64_t>(e->trainer->steps())};
 }
 
-Result SlotRegistry::load(const std::string& tenant, const std::string& tag) {
-  const auto path = checkpoint_path(tenant, tag);
+Result SlotRegistry::load(const std::string& tenant, std::uint32_t uid, const std::string& tag) {
+  std::filesystem::path path;
+  try {
+    path = tenant_dir(uid, tenant) / "checkpoints" / tag;
+  } catch (const std::exception& ex) {
+    return Failure{Fault::Internal, ex.what()};
+  }
+  // Only the owner's own directory is looked in: another uid's checkpoint is not "forbidden",
+  // it does not exist for this tenant.
   if (!std::filesystem::exists(path.string() + ".safetensors"))
     return Failure{Fault::NoCheckpoint, "no checkpoint '" + tag + "' for this tenant"};
   try {
     auto loaded = TenantSlot::load(path.string(), backbone_.dim);
     const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
     const auto step = loaded.slot->steps();
-    slots_[tenant] = SlotEntry{std::move(loaded.slot), views};
+    slots_[tenant] = SlotEntry{std::move(loaded.slot), views, uid};
     evicted_.erase(tenant);
     return Loaded{static_cast<std::uint64_t>(step)};
   } catch (const std::exception& ex) {
@@ -136,6 +151,21 @@ void SlotRegistry::detached(const std::string& tenant) {
   detached_[tenant] = std::chrono::steady_clock::now();
 }
 
+void SlotRegistry::released(const std::string& tenant) {
+  std::lock_guard lk(mu_);
+  released_.insert(tenant);
+  detached_.erase(tenant);
+}
+
+void SlotRegistry::apply_releases() {
+  std::set<std::string> names;
+  {
+    std::lock_guard lk(mu_);
+    names.swap(released_);
+  }
+  for (const auto& t : names) slots_.erase(t), evicted_.erase(t);
+}
+
 void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
   std::vector<std::string> due;
   {
@@ -152,16 +182,17 @@ void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
   for (const auto& tenant : due) {
     auto it = slots_.find(tenant);
     if (it == slots_.end()) continue;
-    const auto path = eviction_path(tenant);
+    const auto uid = it->second.uid;
+    std::filesystem::path path;
     try {
-      std::filesystem::create_directories(path.parent_path());
-      it->second.trainer->save(path.string(), {{"tenant", tenant}, {"views", it->second.views}});
+      path = tenant_dir(uid, tenant) / "evicted";
+      it->second.trainer->save(path.string(), {{"tenant", tenant}, {"uid", uid}, {"views", it->second.views}});
     } catch (const std::exception& ex) {  // kept resident: memory is cheaper than a lost slot
       log_text(LogLevel::Error, "slot_evict_failed", "tenant=" + tenant + " reason=\"" + ex.what() + "\"");
       continue;
     }
     slots_.erase(it);
-    evicted_.insert(tenant);
+    evicted_[tenant] = uid;
     log_text(LogLevel::Info, "slot_evicted", "tenant=" + tenant + " path=" + path.string());
   }
 }

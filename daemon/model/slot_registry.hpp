@@ -22,6 +22,7 @@ namespace nexus::model::detail {
 struct SlotEntry {
   std::unique_ptr<TenantSlot> trainer;
   std::int64_t views = 1;
+  std::uint32_t uid = 0;  // the owner, whose directory its checkpoints and eviction file live in
 };
 
 class SlotRegistry {
@@ -32,16 +33,21 @@ class SlotRegistry {
   // never registered (or the restore failed: logged, and the tenant must register again).
   SlotEntry* find(const std::string& tenant);
 
-  Result register_tenant(const std::string& tenant, const op::Register& r);
+  // uid: the tenant's owner (its files live in a directory of that uid's, 0700; files 0600).
+  Result register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& r);
   Result publish(const std::string& tenant);
-  Result save(const std::string& tenant, const std::string& tag);
-  Result load(const std::string& tenant, const std::string& tag);
+  Result save(const std::string& tenant, std::uint32_t uid, const std::string& tag);
+  Result load(const std::string& tenant, std::uint32_t uid, const std::string& tag);
   Result digest(const std::string& tenant);
 
   void pin(const std::string& tenant, std::uint64_t version);
   void unpin(const std::string& tenant, std::uint64_t version);
   void attached(const std::string& tenant);
   void detached(const std::string& tenant);
+  // The tenant's name was released (it may go to another uid): its slot and eviction record
+  // are forgotten before the executor's next turn (its owner's files stay where they are).
+  void released(const std::string& tenant);
+  void apply_releases();  // executor thread
   // Checkpoints and frees the slots of tenants detached for longer than the idle time.
   void evict_idle(std::chrono::steady_clock::time_point now);
 
@@ -49,18 +55,19 @@ class SlotRegistry {
   std::size_t evicted() const { return evicted_.size(); }
 
  private:
-  std::filesystem::path checkpoint_path(const std::string& tenant, const std::string& tag) const;
-  std::filesystem::path eviction_path(const std::string& tenant) const;
+  // <state_dir>/tenants/<uid>/<tenant>: created private (ensure_private_dir) on first use.
+  std::filesystem::path tenant_dir(std::uint32_t uid, const std::string& tenant) const;
   void retain(const std::string& tenant, TenantSlot& slot);  // after a publish
 
   const ModelConfig config_;
   const BackboneConfig backbone_;
   std::map<std::string, SlotEntry> slots_;  // executor thread only
-  std::set<std::string> evicted_;           // executor thread only: checkpointed, not resident
+  std::map<std::string, std::uint32_t> evicted_;  // executor thread only: checkpointed (owner uid), not resident
 
   std::mutex mu_;
   std::map<std::string, std::map<std::uint64_t, int>> pins_;                // GUARDED_BY(mu_)
   std::map<std::string, std::chrono::steady_clock::time_point> detached_;  // GUARDED_BY(mu_)
+  std::set<std::string> released_;                                          // GUARDED_BY(mu_)
 };
 
 }  // namespace nexus::model::detail

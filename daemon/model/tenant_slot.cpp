@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "daemon/model/safetensors.hpp"
+#include "daemon/state/private_files.hpp"
 
 namespace nexus::model {
 
@@ -218,8 +219,10 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
       {"published", published_},
       {"extra", extra}};
   f.metadata["nexus.manifest"] = manifest.dump();
-  write_safetensors(path + ".safetensors", f);
-  std::ofstream(path + ".json") << manifest.dump(2) << "\n";
+  // Private to the daemon's user, each file written atomically: after a crash a checkpoint is
+  // the previous one or this one (the manifest inside the .safetensors is the one loads read).
+  write_safetensors(path + ".safetensors", f, 0600);
+  daemon::write_private_file(path + ".json", manifest.dump(2) + "\n", 0600);
 }
 
 TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t feature_dim) {

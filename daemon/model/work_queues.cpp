@@ -31,8 +31,21 @@ std::vector<Work> WorkQueues::take(std::deque<Work>& q, const std::vector<std::s
 std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sched::BatchPolicy& batch,
                                                  const sched::TrainingPolicy& training, std::size_t active_inference,
                                                  const std::set<std::uint64_t>& active_training,
-                                                 const sched::FairShare& share, std::chrono::microseconds& wait) {
+                                                 const sched::FairShare& share, bool training_owed,
+                                                 std::chrono::microseconds& wait) {
   wait = std::chrono::microseconds::max();
+  auto training_turn = [&]() -> std::optional<Turn> {
+    std::vector<sched::TrainingRequest> views;
+    views.reserve(training_.size());
+    for (const auto& w : training_)
+      views.push_back({tenant_id(tenant_of(w)), key_of(w), samples_of(w), is_batchable(w), arrival_of(w)});
+    const auto d = sched::pick_training(views, share.shares(), active_training, now, training);
+    if (!d.take.empty()) return Turn{take(training_, d.take), false};
+    wait = std::min(wait, d.wait);
+    return std::nullopt;
+  };
+  if (training_owed && !training_.empty())
+    if (auto t = training_turn()) return t;
   if (!inference_.empty()) {
     std::vector<sched::PendingRequest> views;
     views.reserve(inference_.size());
@@ -42,15 +55,7 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
     if (!d.take.empty()) return Turn{take(inference_, d.take), true};
     wait = d.wait;
   }
-  if (!training_.empty()) {
-    std::vector<sched::TrainingRequest> views;
-    views.reserve(training_.size());
-    for (const auto& w : training_)
-      views.push_back({tenant_id(tenant_of(w)), key_of(w), samples_of(w), is_batchable(w), arrival_of(w)});
-    const auto d = sched::pick_training(views, share.shares(), active_training, now, training);
-    if (!d.take.empty()) return Turn{take(training_, d.take), false};
-    wait = std::min(wait, d.wait);
-  }
+  if (!training_owed && !training_.empty()) return training_turn();
   return std::nullopt;
 }
 

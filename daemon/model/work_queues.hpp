@@ -4,7 +4,9 @@
 //   Training Queue   everything else, in arrival order; a turn when sched::pick_training says so
 //                    (the fair-share leader, alone or with a group).
 // Inference goes first at every turn; while it waits for its group to fill, training may take
-// a turn (so inference waits behind at most the turn in progress, never behind a queue).
+// a turn (so inference waits behind at most the turn in progress, never behind a queue). One
+// exception keeps saturated inference from starving training: while training's share of the
+// executor's recent time is below its floor (`training_owed`), a training turn goes first.
 //
 // Thread safety: none; the model service's queue lock guards every call.
 #pragma once
@@ -37,7 +39,7 @@ class WorkQueues {
   // active_training: those that trained lately.
   std::optional<Turn> next(Clock::time_point now, const sched::BatchPolicy& batch, const sched::TrainingPolicy& training,
                            std::size_t active_inference, const std::set<std::uint64_t>& active_training,
-                           const sched::FairShare& share, std::chrono::microseconds& wait);
+                           const sched::FairShare& share, bool training_owed, std::chrono::microseconds& wait);
   bool empty() const { return inference_.empty() && training_.empty(); }
   std::size_t inference_size() const { return inference_.size(); }
   std::size_t training_size() const { return training_.size(); }

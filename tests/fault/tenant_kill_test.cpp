@@ -11,26 +11,13 @@
 
 using namespace nexus::test;
 
-namespace {
-
-std::size_t shm_entries() {
-  std::size_t n = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
-    (void)e;
-    ++n;
-  }
-  return n;
-}
-
-}  // namespace
-
 TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing behind", "[fault]") {
-  const std::size_t shm_before = shm_entries();
   Daemon daemon;
   // Status queries' connections close asynchronously: compare fd totals once they settle.
   REQUIRE(eventually([&] { return count_fds(daemon.pid(), "socket:") == 1; }));  // the listener
   const std::size_t fds_idle = count_fds(daemon.pid());
   const std::size_t eventfds_idle = count_fds(daemon.pid(), "eventfd");  // the daemon's own
+  const std::size_t epoll_idle = count_epoll_registrations(daemon.pid());   // listener, stop, completions
   auto fds_settle_at = [&](std::size_t n) { return eventually([&] { return count_fds(daemon.pid()) == n; }); };
   TempDir out;
   std::vector<pid_t> pids;
@@ -46,6 +33,7 @@ TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing 
   CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 3);
   CHECK(count_fds(daemon.pid(), "eventfd") == eventfds_idle + 6);
   CHECK(fds_settle_at(fds_idle + 9));
+  CHECK(count_epoll_registrations(daemon.pid()) == epoll_idle + 6);  // each tenant's socket and doorbell
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // mid-stream
 
   ::kill(pids[1], SIGKILL);
@@ -59,7 +47,7 @@ TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing 
   CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 2);
   CHECK(count_fds(daemon.pid(), "eventfd") == eventfds_idle + 4);
   CHECK(fds_settle_at(fds_idle + 6));
-  CHECK(shm_entries() == shm_before);  // segments never had a name there
+  CHECK(count_epoll_registrations(daemon.pid()) == epoll_idle + 4);  // the killed one's are gone
 
   // The survivors were never disturbed: stop them and read their reports.
   for (int i : {0, 2}) ::kill(pids[i], SIGTERM);
@@ -76,4 +64,5 @@ TEST_CASE("a tenant killed mid-stream is detected within 1 s and leaves nothing 
   CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == 0);
   CHECK(count_fds(daemon.pid(), "eventfd") == eventfds_idle);
   CHECK(fds_settle_at(fds_idle));
+  CHECK(count_epoll_registrations(daemon.pid()) == epoll_idle);
 }

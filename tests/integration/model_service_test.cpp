@@ -2,6 +2,8 @@
 // (pretrained tiny) backbone, and train concurrently; their requests are group-batched.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -258,7 +260,9 @@ TEST_CASE("a checkpoint reloaded into a fresh slot gives the uninterrupted run's
     INFO(kind);
     CHECK(resumed.step == uninterrupted.step);
     CHECK(resumed.loss == uninterrupted.loss);  // bitwise: same features, parameters, moments, RNG
-    CHECK(std::filesystem::exists(state.path + "/checkpoints/" + name + "/after-10.json"));
+    // In the owner's private directory: <state>/tenants/<uid>/<tenant>/checkpoints/.
+    CHECK(std::filesystem::exists(state.path + "/tenants/" + std::to_string(::getuid()) + "/" + name +
+                                  "/checkpoints/after-10.json"));
     try {
       d->load("never-saved");
       FAIL("loaded a checkpoint that does not exist");

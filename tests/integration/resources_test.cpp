@@ -112,3 +112,30 @@ TEST_CASE("one Unix user's tenants are bounded, with a typed refusal", "[integra
   REQUIRE(daemon.wait_tenants(1, std::chrono::seconds(5)));
   CHECK_NOTHROW(nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "u3"}));
 }
+
+TEST_CASE("a reply larger than the response ring arrives intact through the output arena", "[integration][model][resources]") {
+  TempDir dir;
+  Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn"});
+  // 64 samples x chunk 16 x 8 actions x 4 bytes = 32 KiB of actions; the small ring holds 4 KiB.
+  const nexus::TenantSpec spec{.head = {.kind = "mlp_chunk", .action_dim = 8, .chunk = 16}, .seed = 3};
+  auto big = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "big-ring"});
+  const auto bb = big->register_tenant(spec);
+  auto small = nexus::Client::attach(
+      {.socket_path = daemon.socket(), .tenant = "small-ring", .ring_bytes = 4096, .output_arena_bytes = 1 << 20});
+  small->register_tenant(spec);  // the same seed: the same head
+  auto o1 = observation(*big, bb, 64);
+  auto o2 = observation(*small, bb, 64);
+  const auto expected = big->predict(o1.view());
+  for (int i = 0; i < 3; ++i) {  // and again: the output arena's blocks are handed back
+    const auto got = small->predict(o2.view());
+    CHECK(got.shape == std::vector<std::int64_t>{64, 16, 8});
+    CHECK(got.actions == expected.actions);
+  }
+  // One that fits neither: a typed error, and the tenant goes on.
+  auto tiny_arena = nexus::Client::attach(
+      {.socket_path = daemon.socket(), .tenant = "no-room", .ring_bytes = 4096, .output_arena_bytes = 4096});
+  tiny_arena->register_tenant(spec);
+  auto o3 = observation(*tiny_arena, bb, 64);
+  CHECK(code_of([&] { tiny_arena->predict(o3.view()); }) == nexus::ErrorCode::MessageTooLarge);
+  CHECK(tiny_arena->backbone().name == "tiny");
+}

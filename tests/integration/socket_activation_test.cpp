@@ -22,7 +22,7 @@ TEST_CASE("nexusd serves a listening socket passed by systemd (sd_listen_fds)", 
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   REQUIRE(::listen(fd, 16) == 0);
   // --socket names a path nexusd must NOT bind: the passed socket wins.
-  const pid_t d = spawn({nexusd_path(), "--socket", dir.path + "/unused.sock"},
+  const pid_t d = spawn({nexusd_path(), "--socket", dir.path + "/unused.sock", "--state-dir", dir.path + "/state"},
                         {.stderr_path = dir.path + "/log", .listen_fd = fd});
   ::close(fd);
   auto client = nexus::Client::attach({.socket_path = path, .tenant = "activated"});

@@ -1,5 +1,7 @@
 #include "processes.hpp"
 
+#include <algorithm>
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -52,6 +54,7 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
       ::setenv("LISTEN_FDS", "1", 1);
       ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
     }
+    for (const auto& [k, v] : o.env) ::setenv(k.c_str(), v.c_str(), 1);
     redirect(o.stdout_path, 1);
     redirect(o.stderr_path, 2);
     if (o.gid && (::setgroups(0, nullptr) != 0 || ::setgid(*o.gid) != 0)) ::_exit(126);
@@ -97,6 +100,14 @@ Daemon::Daemon(std::vector<std::string> extra, const std::string& nexusd) {
   log_ = dir_.path + "/nexusd.log";
   std::vector<std::string> argv = {nexusd, "--socket", socket_};
   argv.insert(argv.end(), extra.begin(), extra.end());
+  // A private state directory (tenant bindings, checkpoints) unless the test names one: a
+  // binding made by one test must not follow the machine into the next.
+  if (std::find(extra.begin(), extra.end(), "--state-dir") == extra.end())
+    argv.insert(argv.end(), {"--state-dir", dir_.path + "/state"});
+  // Tests connect as other Unix users too: a socket anyone may connect to (tenant names are
+  // still each bound to one uid), unless the test asks for the default 0660 and a group.
+  if (std::find(extra.begin(), extra.end(), "--socket-mode") == extra.end())
+    argv.insert(argv.end(), {"--socket-mode", "666"});
   pid_ = spawn(argv, {.stdout_path = log_, .stderr_path = log_});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -150,6 +161,20 @@ std::size_t count_mappings(pid_t pid, const std::string& needle) {
   std::size_t n = 0;
   for (std::string line; std::getline(maps, line);)
     if (line.find(needle) != std::string::npos) ++n;
+  return n;
+}
+
+std::size_t count_epoll_registrations(pid_t pid) {
+  std::size_t n = 0;
+  std::error_code ec;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  for (const auto& e : std::filesystem::directory_iterator(proc + "/fd", ec)) {
+    const auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (ec || target.string().find("eventpoll") == std::string::npos) continue;
+    std::ifstream info(proc + "/fdinfo/" + e.path().filename().string());
+    for (std::string line; std::getline(info, line);)
+      if (line.rfind("tfd:", 0) == 0) ++n;
+  }
   return n;
 }
 

@@ -33,6 +33,7 @@ struct SpawnOptions {
   std::optional<uid_t> uid;           // run as this user (needs root)
   std::optional<gid_t> gid;
   int listen_fd = -1;                 // pass as fd 3 with LISTEN_FDS/LISTEN_PID (socket activation)
+  std::vector<std::pair<std::string, std::string>> env;  // set in the child before exec
 };
 
 pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& options = {});
@@ -68,6 +69,8 @@ class Daemon {
 // its mappings whose line contains `needle`.
 std::size_t count_fds(pid_t pid, const std::string& needle = "");
 std::size_t count_mappings(pid_t pid, const std::string& needle);
+// Registrations in the process's epoll sets (the "tfd:" lines of their /proc fdinfo).
+std::size_t count_epoll_registrations(pid_t pid);
 
 // Polls `pred` until it holds or `timeout` passes; returns its last value.
 template <class Pred>

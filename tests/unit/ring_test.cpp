@@ -1,10 +1,14 @@
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstring>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "schema/doorbell.hpp"
 #include "schema/ring.hpp"
 
 using namespace nexus::schema;
@@ -156,13 +160,49 @@ TEST_CASE("SPSC across threads: a million messages, in order, none lost", "[ring
   REQUIRE(bad == 0);
 }
 
-TEST_CASE("sleep flags pair with the fenced checks", "[ring]") {
+// The sleeping protocol (ring.hpp) between two threads: the consumer announces it sleeps,
+// re-checks the ring, and blocks on the doorbell; the producer pushes, then rings the doorbell
+// if the consumer announced sleep. A lost wakeup (a push between the re-check and the block
+// without a ring) leaves the consumer blocked: every wait has a deadline, and one that expires
+// with a message published fails the test.
+TEST_CASE("a consumer sleeping on its doorbell is woken for every message, never left asleep", "[ring][threads]") {
   Ring r(4096);
   RingWriter w(r.region, r.cap);
   RingReader rd(r.region, r.cap);
-  REQUIRE_FALSE(w.consumer_sleeping());
-  rd.set_consumer_sleeping(true);
-  REQUIRE(w.consumer_sleeping());
-  w.set_producer_sleeping(true);
-  REQUIRE(rd.producer_sleeping());
+  const int doorbell = make_doorbell();
+  REQUIRE(doorbell >= 0);
+  constexpr int kCount = 20000;
+  std::atomic<int> lost{0};
+  std::thread producer([&] {
+    std::mt19937 rng(7);
+    for (int i = 0; i < kCount; ++i) {
+      const std::uint32_t v = static_cast<std::uint32_t>(i);
+      while (w.try_push({reinterpret_cast<const std::uint8_t*>(&v), sizeof v}) != PushStatus::Ok) std::this_thread::yield();
+      if (w.consumer_sleeping()) ring_doorbell(doorbell);
+      if (rng() % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));  // let it sleep
+    }
+  });
+  std::vector<std::uint8_t> out;
+  int received = 0, slept = 0;
+  while (received < kCount) {
+    if (rd.try_pop(out, 64) == PopStatus::Ok) {
+      std::uint32_t v;
+      std::memcpy(&v, out.data(), sizeof v);
+      REQUIRE(v == static_cast<std::uint32_t>(received));
+      ++received;
+      continue;
+    }
+    rd.set_consumer_sleeping(true);
+    if (rd.empty()) {  // the fenced re-check: a push after it must ring
+      ++slept;
+      if (wait_doorbell(doorbell, -1, std::chrono::seconds(2)) == WaitResult::TimedOut && !rd.empty()) ++lost;
+      drain_doorbell(doorbell);
+    }
+    rd.set_consumer_sleeping(false);
+  }
+  producer.join();
+  ::close(doorbell);
+  INFO("the consumer slept " << slept << " times");
+  CHECK(slept > 10);
+  CHECK(lost == 0);
 }

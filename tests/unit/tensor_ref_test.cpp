@@ -25,13 +25,17 @@ TEST_CASE("tensor references inside the arena pass", "[tensor]") {
 }
 
 TEST_CASE("forged tensor references are refused with a reason", "[tensor][hostile]") {
-  CHECK(check(1020, 8, wire::DType::Int64, {1}, 1024).code == wire::ErrorCode::TensorOutOfBounds);
-  CHECK(check(UINT64_MAX - 3, 8, wire::DType::Int64, {1}, 1024).code == wire::ErrorCode::TensorOutOfBounds);
+  CHECK(check(1016, 16, wire::DType::Int64, {2}, 1024).code == wire::ErrorCode::TensorOutOfBounds);
+  CHECK(check(UINT64_MAX - 7, 8, wire::DType::Int64, {1}, 1024).code == wire::ErrorCode::TensorOutOfBounds);
   CHECK(check(0, 16, wire::DType::Float32, {3}, 1024).code == wire::ErrorCode::TensorOutOfBounds);
   CHECK(check(0, 4, wire::DType::Float32, {-1}, 1024).code == wire::ErrorCode::BadTensor);
   CHECK(check(0, 0, static_cast<wire::DType>(200), {1}, 1024).code == wire::ErrorCode::BadTensor);
   CHECK(check(0, 0, wire::DType::UInt8, {1ll << 40, 1ll << 40}, 1024).code == wire::ErrorCode::BadTensor);
   CHECK(check(0, 1, wire::DType::UInt8, {1, 1, 1, 1, 1, 1, 1, 1, 1}, 1024).code == wire::ErrorCode::BadTensor);
-  const auto c = check(1020, 8, wire::DType::Int64, {1}, 1024);
+  const auto c = check(1016, 16, wire::DType::Int64, {2}, 1024);
   CHECK_THAT(c.reason, Catch::Contains("outside the client arena"));
+  // Misaligned for its element type: refused before anything reads it in place.
+  const auto m = check(2, 4, wire::DType::Float32, {1}, 1024);
+  CHECK(m.code == wire::ErrorCode::BadTensor);
+  CHECK_THAT(m.reason, Catch::Contains("not a multiple of its element size"));
 }

@@ -50,6 +50,8 @@ struct DaemonStatus {
   std::uint64_t inference_queued = 0, training_queued = 0;
   std::uint64_t slots_resident = 0, slots_evicted = 0, env_sessions = 0, dataset_bytes = 0, rerun_groups = 0;
   double longest_training_turn_s = 0;  // what an inference request may wait behind, at most
+  std::uint64_t health_restarts = 0;    // roles the daemon's Health Manager restarted
+  std::vector<std::string> health;      // which, how often, the last reason
 };
 
 // Throws nexus::Error (ConnectFailed, DaemonGone, Timeout, UnsupportedVersion, BadMessage).
@@ -58,6 +60,10 @@ DaemonStatus query_status(const std::string& socket_path,
                           std::chrono::milliseconds timeout = std::chrono::seconds(5), double usage_since_s = 0);
 // The daemon's metrics in the Prometheus text exposition format.
 std::string query_metrics(const std::string& socket_path, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+// Unbinds a tenant name from its Unix user (you must be root or that user; nobody may be
+// attached as it). Throws PermissionDenied or AlreadyAttached.
+void release_tenant(const std::string& socket_path, const std::string& tenant,
+                    std::chrono::milliseconds timeout = std::chrono::seconds(5));
 // Cancels a job (you must be root or the job's owner); its state after. Throws UnknownJob.
 std::string cancel_job(const std::string& socket_path, std::uint64_t job,
                        std::chrono::milliseconds timeout = std::chrono::seconds(5));

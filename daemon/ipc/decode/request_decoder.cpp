@@ -65,6 +65,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
     case wire::Body::EnvCloseRequest:
     case wire::Body::RlStatusRequest:
     case wire::Body::JobStatusRequest:
+    case wire::Body::OutputRelease:
       return req;
     case wire::Body::JobStartRequest: {
       const auto* spec = msg->body_as_JobStartRequest()->spec();
@@ -158,14 +159,17 @@ std::variant<ControlRequest, DecodeError> decode_control(std::span<const std::ui
   std::uint32_t version = schema::kProtocolVersion;
   if (type == wire::ControlBody::MetricsRequest) version = msg->body_as_MetricsRequest()->protocol_version();
   if (type == wire::ControlBody::CancelJobRequest) version = msg->body_as_CancelJobRequest()->protocol_version();
+  if (type == wire::ControlBody::ReleaseTenantRequest) version = msg->body_as_ReleaseTenantRequest()->protocol_version();
   if (version != schema::kProtocolVersion)
     return error(0, wire::ErrorCode::UnsupportedVersion,
                  "protocol version " + std::to_string(version) + ", daemon speaks " +
                      std::to_string(schema::kProtocolVersion));
   if (type != wire::ControlBody::AttachRequest && type != wire::ControlBody::StatusRequest &&
-      type != wire::ControlBody::MetricsRequest && type != wire::ControlBody::CancelJobRequest)
+      type != wire::ControlBody::MetricsRequest && type != wire::ControlBody::CancelJobRequest &&
+      type != wire::ControlBody::ReleaseTenantRequest)
     return error(0, wire::ErrorCode::WrongMessageType,
-                 "the control socket accepts AttachRequest, StatusRequest, MetricsRequest and CancelJobRequest");
+                 "the control socket accepts AttachRequest, StatusRequest, MetricsRequest, CancelJobRequest and "
+                 "ReleaseTenantRequest");
   return ControlRequest{type, msg};
 }
 

@@ -1,0 +1,53 @@
+#include <grp.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "daemon/config/config.hpp"
+
+namespace nexus::daemon {
+
+int check_config(const DaemonConfig& c, const std::string& source) {
+  int problems = 0;
+  auto problem = [&](const std::string& what) {
+    std::printf("  PROBLEM  %s\n", what.c_str());
+    ++problems;
+  };
+  auto note = [](const std::string& what) { std::printf("  note     %s\n", what.c_str()); };
+  std::printf("nexusd configuration (%s)\n", source.empty() ? "defaults and flags" : source.c_str());
+  std::printf("  socket   %s (mode %04o, group %s; or the one systemd passes)\n", c.socket_path.c_str(),
+              c.socket_mode, c.socket_group.c_str());
+  if (!c.socket_group.empty() && ::getgrnam(c.socket_group.c_str()) == nullptr)
+    note("no group '" + c.socket_group + "': the socket keeps nexusd's group (systemd-sysusers makes it)");
+  std::printf("  backbone %s\n", c.backbone.c_str());
+  if (c.backbone != "none") {
+    const auto weights = resolve_weights(c);
+    if (weights.empty()) {
+      if (c.backbone == "torchscript") problem("--backbone torchscript needs weights = FILE.pt");
+      else note("no weights: the seeded, untrained initialisation (heads learn nothing useful on it)");
+    } else if (::access(weights.c_str(), R_OK) != 0) {
+      problem("weights " + weights + " cannot be read");
+    } else {
+      std::printf("  weights  %s\n", weights.c_str());
+    }
+  }
+  std::printf("  state    %s (tenant bindings, checkpoints; private to nexusd's user)\n", c.state_dir.c_str());
+  const auto parent = std::filesystem::path(c.state_dir).parent_path();
+  if (!std::filesystem::exists(c.state_dir) && !std::filesystem::exists(parent))
+    problem("neither " + c.state_dir + " nor its parent exists");
+  std::printf("  bounds   %u tenants (%u per user), %u in flight each, %llu MiB request memory each,\n"
+              "           %.0f GFLOP per request, %u versions kept, slots evicted after %llds detached\n",
+              c.max_tenants, c.max_tenants_per_uid, c.max_in_flight,
+              static_cast<unsigned long long>(c.request_bytes_per_tenant >> 20), c.max_request_gflop, c.versions_kept,
+              static_cast<long long>(c.idle_evict.count()));
+  for (const auto& [name, w] : c.tenants)
+    std::printf("  tenant   %s: weight %.2f, priority %d\n", name.c_str(), w.weight, w.priority);
+  for (const auto& [name, path] : c.external_envs) std::printf("  env      %s -> %s\n", name.c_str(), path.c_str());
+  if (!c.metrics_textfile.empty())
+    std::printf("  metrics  %s every %llds\n", c.metrics_textfile.c_str(), static_cast<long long>(c.metrics_interval.count()));
+  std::printf("%s\n", problems ? "configuration has problems" : "configuration OK");
+  return problems ? 2 : 0;
+}
+
+}  // namespace nexus::daemon

@@ -1,0 +1,148 @@
+// The front door under abuse, with real sockets and real Unix users: idle connections, pipelined
+// requests that are never read, a peer streaming bytes, a kept doorbell, a handshake that never
+// comes. Nobody else is slowed down, and nexusd stays idle when there is nothing to do.
+#include <catch2/catch.hpp>
+
+#include <grp.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "nexus/client.hpp"
+#include "nexus/status.hpp"
+#include "processes.hpp"
+
+using namespace nexus::test;
+
+namespace {
+
+// A copy of hostile_peer where another Unix user may run it (the build tree may sit in /root).
+std::string hostile_copy(const TempDir& dir) {
+  const std::string p = dir.path + "/hostile_peer";
+  std::filesystem::copy_file(NEXUS_TEST_HOSTILE_PEER, p);
+  ::chmod(p.c_str(), 0755);
+  return p;
+}
+
+// The daemon's CPU time (user + system), seconds.
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream f(s.substr(s.rfind(')') + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && f >> field; ++i)
+    if (i == 14) utime = std::stoull(field);
+    else if (i == 15) stime = std::stoull(field);
+  return double(utime + stime) / double(::sysconf(_SC_CLK_TCK));
+}
+
+// Ping round trips of a well-behaved tenant: p99 in milliseconds.
+double ping_p99_ms(const Daemon& d, const std::string& tenant, int n) {
+  auto c = nexus::Client::attach({.socket_path = d.socket(), .tenant = tenant, .wait = nexus::WaitMode::Block});
+  const std::vector<std::uint8_t> payload(64, 7);
+  std::vector<double> ms;
+  for (int i = 0; i < n; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    c->ping(payload);
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[static_cast<std::size_t>(0.99 * (ms.size() - 1))];
+}
+
+}  // namespace
+
+TEST_CASE("2000 idle connections of one user lock nobody out: others attach and work, the excess is told Busy",
+          "[fault][frontdoor]") {
+  const auto idler = ensure_test_user("nexus-test-idler");
+  const auto worker = ensure_test_user("nexus-test-worker");
+  if (!idler || !worker) FAIL("this test needs root to create users; run the suite as root");
+  TempDir dir;
+  const std::string peer = hostile_copy(dir), tenant = dir.path + "/ping_tenant";
+  std::filesystem::copy_file(ping_tenant_path(), tenant);
+  ::chmod(tenant.c_str(), 0755);
+  // The default mode 0660, and a group both users are in, as lab members would be.
+  const std::string group = "nexus-test-lab";
+  std::system(("/usr/sbin/groupadd -f " + group + " && /usr/sbin/usermod -a -G " + group +
+               " nexus-test-idler && /usr/sbin/usermod -a -G " + group + " nexus-test-worker").c_str());
+  const gid_t lab = ::getgrnam(group.c_str())->gr_gid;
+  Daemon daemon({"--socket-mode", "660", "--socket-group", group});
+  struct stat st {};
+  REQUIRE(::stat(daemon.socket().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0660);
+  CHECK(st.st_gid == lab);
+  const pid_t holder = spawn({peer, "hold", daemon.socket(), "2000", "30"},
+                             {.stdout_path = dir.path + "/hold.json", .uid = idler->uid, .gid = lab});
+  REQUIRE(eventually([&] { return !read_file(dir.path + "/hold.json").empty(); }, std::chrono::seconds(30)));
+  const auto held = nlohmann::json::parse(last_line(dir.path + "/hold.json"));
+  INFO(held.dump());
+  CHECK(held["opened"].get<int>() <= 64);      // [daemon] max_pending_per_uid
+  CHECK(held["busy"].get<int>() >= 1900);      // told why, not just hung up on
+  // Another user's tenant attaches and works while the idle ones are held.
+  const pid_t w = spawn({tenant, "--socket", daemon.socket(), "--tenant", "lab-worker", "-n", "2000", "--window", "4"},
+                        {.stdout_path = dir.path + "/worker.json", .stderr_path = dir.path + "/worker.err",
+                         .uid = worker->uid, .gid = lab});
+  INFO(read_file(dir.path + "/worker.err"));
+  CHECK(wait_exit(w, std::chrono::seconds(60)) == 0);
+  CHECK(nlohmann::json::parse(last_line(dir.path + "/worker.json"))["round_trips"] == 2000);
+  // Idle connections are closed at the handshake deadline (5 s by default).
+  CHECK(eventually([&] { return count_fds(daemon.pid(), "socket:") <= 2; }, std::chrono::seconds(10)));
+  ::kill(holder, SIGKILL);
+  wait_exit(holder, std::chrono::seconds(5));
+}
+
+TEST_CASE("20000 pipelined status requests never read, and a byte stream on a tenant's socket, slow nobody",
+          "[fault][frontdoor]") {
+  TempDir dir;
+  Daemon daemon;
+  const double idle_p99 = ping_p99_ms(daemon, "calm-before", 2000);
+  const pid_t flood = spawn({NEXUS_TEST_HOSTILE_PEER, "flood-status", daemon.socket(), "20000", "20"},
+                            {.stdout_path = dir.path + "/flood.json"});
+  const pid_t stream = spawn({NEXUS_TEST_HOSTILE_PEER, "stream", daemon.socket(), "streamer", "20"},
+                             {.stdout_path = dir.path + "/stream.json"});
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double busy_p99 = ping_p99_ms(daemon, "calm", 5000);
+  INFO("ping p99 " << idle_p99 << " ms alone, " << busy_p99 << " ms beside the flood and the stream");
+  CHECK(busy_p99 < 10.0);
+  CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+  ::kill(flood, SIGKILL), ::kill(stream, SIGKILL);
+  wait_exit(flood, std::chrono::seconds(5)), wait_exit(stream, std::chrono::seconds(5));
+}
+
+TEST_CASE("a detached tenant that keeps ringing a dup of its doorbell leaves nexusd idle", "[fault][frontdoor]") {
+  TempDir dir;
+  Daemon daemon({"--spin-us", "0"});
+  const pid_t ringer = spawn({NEXUS_TEST_HOSTILE_PEER, "doorbell", daemon.socket(), "ringer", "8"},
+                             {.stdout_path = dir.path + "/ringer.json"});
+  REQUIRE(eventually([&] { return !read_file(dir.path + "/ringer.json").empty(); }, std::chrono::seconds(10)));
+  REQUIRE(daemon.wait_tenants(0, std::chrono::seconds(5)));  // detached; the dup is ringing
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double before = cpu_seconds(daemon.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(5));
+  const double used = cpu_seconds(daemon.pid()) - before;
+  INFO("nexusd used " << used << " s of CPU in 5 s");
+  CHECK(used < 0.5);
+  ::kill(ringer, SIGKILL);
+  wait_exit(ringer, std::chrono::seconds(5));
+}
+
+TEST_CASE("a connection that never attaches is closed at the handshake deadline", "[fault][frontdoor]") {
+  TempDir dir;
+  std::ofstream(dir.path + "/nexusd.toml") << "[daemon]\nhandshake_timeout_ms = 300\n";
+  Daemon daemon({"-c", dir.path + "/nexusd.toml"});
+  const pid_t holder = spawn({NEXUS_TEST_HOSTILE_PEER, "hold", daemon.socket(), "10", "30"},
+                             {.stdout_path = dir.path + "/hold.json"});
+  REQUIRE(eventually([&] { return !read_file(dir.path + "/hold.json").empty(); }, std::chrono::seconds(10)));
+  CHECK(nlohmann::json::parse(last_line(dir.path + "/hold.json"))["opened"] == 10);
+  CHECK(eventually([&] { return count_fds(daemon.pid(), "socket:") == 1; }, std::chrono::seconds(3)));  // the listener
+  ::kill(holder, SIGKILL);
+  wait_exit(holder, std::chrono::seconds(5));
+}

@@ -1,0 +1,86 @@
+// nexusd under systemd, without needing systemd to run the tests: the unit files pass
+// `systemd-analyze verify`; the daemon tells a NOTIFY_SOCKET it is ready and keeps the watchdog
+// fed; systemd-socket-activate (systemd's own tool) starts it on the first connection and it
+// serves through the passed socket.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "nexus/client.hpp"
+#include "processes.hpp"
+
+using namespace nexus::test;
+
+TEST_CASE("the unit files pass systemd-analyze verify", "[integration][systemd]") {
+  TempDir dir;
+  std::string service = read_file(std::string(NEXUS_TEST_UNIT_DIR) + "/nexusd.service");
+  REQUIRE_THAT(service, Catch::Contains("Type=notify") && Catch::Contains("WatchdogSec="));
+  // The unit names the installed binary; verify checks it is executable, so point it at ours.
+  service = std::regex_replace(service, std::regex("ExecStart=\\S+"), "ExecStart=" + nexusd_path());
+  std::ofstream(dir.path + "/nexusd.service") << service;
+  std::filesystem::copy_file(std::string(NEXUS_TEST_SOURCE_DIR) + "/systemd/nexusd.socket", dir.path + "/nexusd.socket");
+  const pid_t v = spawn({"/usr/bin/systemd-analyze", "verify", "--man=no", dir.path + "/nexusd.service",
+                         dir.path + "/nexusd.socket"},
+                        {.stdout_path = dir.path + "/out", .stderr_path = dir.path + "/err"});
+  INFO(read_file(dir.path + "/err"));
+  CHECK(wait_exit(v, std::chrono::seconds(60)) == 0);
+  CHECK(read_file(dir.path + "/err").empty());  // no warnings either (unknown keys only warn)
+}
+
+TEST_CASE("nexusd reports READY=1 to NOTIFY_SOCKET and feeds the watchdog", "[integration][systemd]") {
+  TempDir dir;
+  const std::string path = dir.path + "/notify.sock";
+  const int fd = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strcpy(a.sun_path, path.c_str());
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const pid_t d = spawn({nexusd_path(), "--socket", dir.path + "/n.sock", "--state-dir", dir.path + "/state",
+                         "--backbone", "none"},
+                        {.stderr_path = dir.path + "/log", .env = {{"NOTIFY_SOCKET", path}, {"WATCHDOG_USEC", "400000"}}});
+  bool ready = false;
+  int watchdogs = 0;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) {
+    timeval tv{0, 100000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[512];
+    const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0) continue;
+    buf[n] = 0;
+    ready = ready || std::strstr(buf, "READY=1");
+    if (std::strstr(buf, "WATCHDOG=1")) ++watchdogs;
+  }
+  ::close(fd);
+  ::kill(d, SIGTERM);
+  INFO(read_file(dir.path + "/log"));
+  CHECK(wait_exit(d, std::chrono::seconds(5)) == 0);
+  CHECK(ready);
+  CHECK(watchdogs >= 4);  // every 200 ms (half of WATCHDOG_USEC) for about 3 s, loosely
+}
+
+TEST_CASE("systemd-socket-activate starts nexusd on the first connection, which it serves", "[integration][systemd]") {
+  TempDir dir;
+  const std::string path = dir.path + "/activated.sock";
+  const pid_t act = spawn({"/usr/bin/systemd-socket-activate", "-l", path, nexusd_path(), "--backbone", "none",
+                           "--state-dir", dir.path + "/state", "--log-level", "info"},
+                          {.stderr_path = dir.path + "/log"});
+  REQUIRE(eventually([&] { return ::access(path.c_str(), F_OK) == 0; }, std::chrono::seconds(10)));
+  auto client = nexus::Client::attach({.socket_path = path, .tenant = "on-demand"});  // starts it
+  const std::vector<std::uint8_t> p = {4, 5, 6};
+  CHECK(client->ping(p) == p);
+  client.reset();
+  ::kill(act, SIGTERM);  // the activator exec'd nexusd: this is nexusd
+  INFO(read_file(dir.path + "/log"));
+  CHECK(wait_exit(act, std::chrono::seconds(5)) == 0);
+  CHECK_THAT(read_file(dir.path + "/log"), Catch::Contains("systemd=true"));
+}
