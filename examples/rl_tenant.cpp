@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", rl.seed, "head initialisation and episode seeds");
   app.add_option("--report-every", report_every, "a progress line every N seconds (0: none)");
   CLI11_PARSE(app, argc, argv);
+  opt.timeout = std::chrono::seconds(60);  // starting a job opens its sessions: seconds on a busy box
   try {
     auto client = nexus::Client::attach(opt);
     nexus::TenantSpec spec;

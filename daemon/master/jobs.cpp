@@ -74,6 +74,10 @@ JobInfo JobRegistry::info_of(const Job& job) {
 std::uint64_t JobRegistry::add(std::unique_ptr<Job> job) {
   const auto id = next_id_++;
   job->info.id = id;
+  if (gone_.count(job->info.tenant)) {  // its tenant left while the job was being set up
+    job->cancelled = true;
+    if (job->rl) rl_stop(*job->rl);
+  }
   jobs_[id] = std::move(job);
   return id;
 }
@@ -221,8 +225,14 @@ std::variant<JobInfo, JobRefused> JobRegistry::cancel(std::uint64_t id, const st
   return info_of(job);
 }
 
+void JobRegistry::tenant_attached(const std::string& tenant) {
+  std::lock_guard lk(mu_);
+  gone_.erase(tenant);
+}
+
 void JobRegistry::tenant_detached(const std::string& tenant) {
   std::lock_guard lk(mu_);
+  gone_.insert(tenant);
   for (auto& [id, job] : jobs_)
     if (job->info.tenant == tenant) {
       job->cancelled = true;

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,6 +74,7 @@ class JobRegistry {
   std::optional<JobInfo> latest_rl(const std::string& tenant) const;
   // Cancels a job if `tenant` owns it (or, tenant empty, `requester` is root or its owner).
   std::variant<JobInfo, JobRefused> cancel(std::uint64_t id, const std::string& tenant, uid_t requester);
+  void tenant_attached(const std::string& tenant);
   void tenant_detached(const std::string& tenant);
 
  private:
@@ -99,6 +101,9 @@ class JobRegistry {
   std::map<std::uint64_t, std::unique_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
   std::uint64_t next_id_ = 1;                         // GUARDED_BY(mu_)
   bool stop_ = false;                                 // GUARDED_BY(mu_)
+  // Tenants that left: a job whose start was under way when its tenant left is cancelled as it
+  // is added (its requester is gone; nobody would ever stop it).
+  std::set<std::string> gone_;                        // GUARDED_BY(mu_)
   std::thread reaper_;
 };
 

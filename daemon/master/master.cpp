@@ -151,7 +151,10 @@ std::vector<std::uint8_t> Master::Impl::job_status(const ServiceRequest& r, cons
                       wire::CreateJobStatusReply(fbb, fbb.CreateVector(infos)).Union());
 }
 
-void Master::tenant_attached(const std::string& tenant) { impl_->model.tenant_attached(tenant); }
+void Master::tenant_attached(const std::string& tenant) {
+  impl_->model.tenant_attached(tenant);
+  impl_->jobs.tenant_attached(tenant);
+}
 
 void Master::tenant_detached(const std::string& tenant) {
   // Nobody waits for the tenant's answers any more: its lane's queue, jobs, sessions, datasets
