@@ -14,16 +14,18 @@ void copy_in(std::uint8_t* data, std::uint64_t cap, std::uint64_t index, const v
              std::uint64_t n) {
   const std::uint64_t pos = index & (cap - 1);
   const std::uint64_t first = std::min(n, cap - pos);
-  std::memcpy(data + pos, src, first);
-  std::memcpy(data, static_cast<const std::uint8_t*>(src) + first, n - first);
+  // An empty record may come with a null source; memcpy's arguments must not be null
+  // even for zero bytes (UBSan halts on it), so zero-length copies are skipped.
+  if (first != 0) std::memcpy(data + pos, src, first);
+  if (n != first) std::memcpy(data, static_cast<const std::uint8_t*>(src) + first, n - first);
 }
 
 void copy_out(const std::uint8_t* data, std::uint64_t cap, std::uint64_t index, void* dst,
               std::uint64_t n) {
   const std::uint64_t pos = index & (cap - 1);
   const std::uint64_t first = std::min(n, cap - pos);
-  std::memcpy(dst, data + pos, first);
-  std::memcpy(static_cast<std::uint8_t*>(dst) + first, data, n - first);
+  if (first != 0) std::memcpy(dst, data + pos, first);
+  if (n != first) std::memcpy(static_cast<std::uint8_t*>(dst) + first, data, n - first);
 }
 
 }  // namespace
