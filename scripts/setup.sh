@@ -20,6 +20,7 @@ packages=(
   python3 python3-venv python3-dev
   passwd procps util-linux                     # useradd/runuser for the access tests; pgrep
   tmux                                         # nexusctl top is tested in a real 80x24 terminal
+  systemd                                      # systemd-analyze verify, systemd-socket-activate (tests)
 )
 missing=()
 for p in "${packages[@]}"; do
