@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   app.add_option("-t,--tenant", opt.tenant, "the tenant whose policy to evaluate")->required();
   app.add_option("--task", task, "reach or push");
   app.add_option("--episodes", episodes, "episodes (run side by side)")->check(CLI::Range(1, 256));
-  app.add_option("--version", version, "published policy version (0: the live head)");
+  auto* version_option = app.add_option("--version", version, "published policy version (default: the latest; 0: the live head, on purpose only)");
   app.add_option("--seed", seed, "episode i is reset with seed + i");
   std::string dataset;
   std::size_t heldout_from = 0;
@@ -69,6 +69,12 @@ int main(int argc, char** argv) {
   try {
     auto client = nexus::Client::attach(opt);
     const auto before = client->slot_digest();
+    if (version_option->count() == 0) {  // evaluation pins a published version by default
+      version = before.latest_version;
+      if (version == 0)
+        throw std::runtime_error("nothing published to evaluate: publish a version first (or pass --version 0 for "
+                                 "the live head)");
+    }
     const auto bb = client->backbone();
     if (!dataset.empty()) {
       std::size_t samples = 0;

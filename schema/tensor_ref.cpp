@@ -1,5 +1,6 @@
 #include "schema/tensor_ref.hpp"
 
+#include <cstdint>
 #include <string>
 
 namespace nexus::schema {
@@ -38,6 +39,12 @@ TensorCheck check_tensor_ref(const wire::TensorRef* ref, std::uint64_t arena_byt
   if (shape->size() > kMaxRank)
     return fail(wire::ErrorCode::BadTensor, "tensor rank " + std::to_string(shape->size()) +
                                                 " exceeds " + std::to_string(kMaxRank));
+  // The Verifier checks a vector's length prefix for 4-byte alignment only, so a crafted message
+  // can place the int64 dimensions at an address that is 4 mod 8, and reading them is undefined
+  // behaviour (UBSan halts on it in the fuzz build). A builder aligns them, and every message is
+  // decoded from an 8-aligned copy, so only a forged message is refused here.
+  if (reinterpret_cast<std::uintptr_t>(shape->Data()) % alignof(std::int64_t) != 0)
+    return fail(wire::ErrorCode::BadTensor, "tensor shape is not 8-byte aligned in the message");
   std::uint64_t count = 1;
   for (std::int64_t d : *shape) {
     if (d < 0) return fail(wire::ErrorCode::BadTensor, "negative dimension " + std::to_string(d));

@@ -114,7 +114,7 @@ Prediction decode_reply(const std::vector<std::uint8_t>& bytes) {
 template <>
 SlotDigest decode_reply(const std::vector<std::uint8_t>& bytes) {
   const auto* r = reply_message(bytes, wire::Body::SlotDigestReply)->body_as_SlotDigestReply();
-  return SlotDigest{r->parameters(), r->optimizer(), r->step()};
+  return SlotDigest{r->parameters(), r->optimizer(), r->step(), r->latest_version()};
 }
 
 // publish, save and load all answer with one number.

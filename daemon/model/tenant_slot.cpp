@@ -15,7 +15,10 @@ namespace nexus::model {
 
 TenantSlot::TenantSlot(const HeadSpec& spec, const OptimizerConfig& opt, std::int64_t feature_dim,
                        std::uint64_t seed)
-    : config_(opt), feature_dim_(feature_dim), rng_(at::make_generator<at::CPUGeneratorImpl>(seed)) {
+    : config_(opt),
+      feature_dim_(feature_dim),
+      rng_(at::make_generator<at::CPUGeneratorImpl>(seed)),
+      inference_rng_(at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x9E3779B97F4A7C15ull)) {
   {
     // Head initialisation draws from the global generator: make it a function of the seed.
     static std::mutex init_mu;
@@ -68,7 +71,7 @@ torch::Tensor TenantSlot::predict(const VLAFeature& f, const torch::Tensor& stat
   torch::NoGradGuard no_grad;
   head->eval();
   try {
-    return head->predict(f, state, rng_);
+    return head->predict(f, state, inference_rng_);  // never the training stream: see header
   } catch (const c10::Error& e) {
     throw SlotError(true, e.what_without_backtrace());
   }
@@ -181,6 +184,12 @@ TenantSlot::Digest TenantSlot::digest() const {
     const auto& st = static_cast<const torch::optim::AdamWParamState&>(*it->second);
     d.optimizer = fnv(fnv(d.optimizer, st.exp_avg()), st.exp_avg_sq());
     d.optimizer = (d.optimizer ^ static_cast<std::uint64_t>(st.step())) * 1099511628211ull;
+  }
+  // Everything else a checkpoint holds: the training RNG, and the published versions kept.
+  d.optimizer = fnv(d.optimizer, rng_.get_state());
+  for (const auto& [version, head] : versions_) {
+    d.parameters = (d.parameters ^ version) * 1099511628211ull;
+    for (const auto& item : head->named_parameters()) d.parameters = fnv(d.parameters, item.value());
   }
   return d;
 }

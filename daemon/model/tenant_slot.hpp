@@ -43,6 +43,8 @@ class TenantSlot {
   StepResult sft_step(const VLAFeature& features, const torch::Tensor& state, const torch::Tensor& actions);
   // Actions [n, chunk, action_dim] of the live parameters (version 0) or of a published version
   // (no grad, eval). Throws SlotError for bad input, std::out_of_range for an unknown version.
+  // Sampling heads (flow) draw from the slot's inference stream, never the training RNG: an
+  // evaluation mid-training leaves the training noise, and the checkpoint, bit for bit as they were.
   torch::Tensor predict(const VLAFeature& features, const torch::Tensor& state, std::uint64_t version = 0);
 
   // RL: actions sampled from the latest published version (the live head if none), with their
@@ -72,8 +74,9 @@ class TenantSlot {
   struct Loaded;
   static Loaded load(const std::string& path, std::int64_t feature_dim);
 
-  // FNV-1a fingerprints of the parameters and of the optimizer state (AdamW moments and step
-  // counts): evaluation must leave both bitwise unchanged.
+  // FNV-1a fingerprints of everything a checkpoint holds: `parameters` covers the live head and
+  // every published version kept, `optimizer` the AdamW moments and step counts and the training
+  // RNG. Evaluation must leave both bitwise unchanged.
   struct Digest {
     std::uint64_t parameters = 0, optimizer = 0;
     std::int64_t step = 0;
@@ -90,7 +93,8 @@ class TenantSlot {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   OptimizerConfig config_;
   std::int64_t feature_dim_;
-  at::Generator rng_;
+  at::Generator rng_;            // training: SFT noise (flow), RL action sampling; checkpointed
+  at::Generator inference_rng_;  // predict only; not training state, so not checkpointed
   std::int64_t steps_ = 0;
   std::uint64_t published_ = 0;  // the newest version number handed out
 };

@@ -36,6 +36,12 @@ torch::Tensor group_relative(const torch::Tensor& episode_return, std::int64_t g
   return (centred / (g.std(1, /*unbiased=*/false, true) + 1e-6)).view({-1});
 }
 
+torch::Tensor clipped_surrogate(const torch::Tensor& log_prob, const torch::Tensor& old_log_prob,
+                                const torch::Tensor& advantage, double clip) {
+  auto ratio = torch::exp(log_prob - old_log_prob);
+  return torch::min(ratio * advantage, torch::clamp(ratio, 1 - clip, 1 + clip) * advantage);
+}
+
 namespace {
 
 // The clipped surrogate over flattened samples with per-sample advantages; shared by both.
@@ -57,11 +63,10 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
         model::VLAFeature f{none.tokens, pooled.index_select(0, idx), none.mask};
         auto out = model::gaussian_outputs(head, f, state.index_select(0, idx));
         auto lp = model::gaussian_log_prob(out, actions.index_select(0, idx));
-        auto ratio = torch::exp(lp - old_log_prob.index_select(0, idx));
-        auto a = adv.index_select(0, idx);
-        auto surrogate = torch::min(ratio * a, torch::clamp(ratio, 1 - c.clip, 1 + c.clip) * a);
+        auto old = old_log_prob.index_select(0, idx);
+        auto surrogate = clipped_surrogate(lp, old, adv.index_select(0, idx), c.clip);
         auto ent = model::gaussian_entropy(out);
-        clipped = ((ratio - 1).abs() > c.clip).to(torch::kFloat32).mean().item<double>();
+        clipped = ((torch::exp(lp - old) - 1).abs() > c.clip).to(torch::kFloat32).mean().item<double>();
         entropy = ent.item<double>();
         return weight * (-surrogate.mean() - c.entropy * ent);
         });

@@ -43,6 +43,10 @@ std::pair<torch::Tensor, torch::Tensor> gae(const torch::Tensor& reward, const t
                                             double gamma, double lambda);
 // (R_i - mean of its group) / (std of its group + eps) for groups of `group_size` sessions.
 torch::Tensor group_relative(const torch::Tensor& episode_return, std::int64_t group_size);
+// PPO's per-sample clipped surrogate min(r*A, clip(r, 1-eps, 1+eps)*A), r = exp(log_prob - old);
+// the loss is its negated mean. Its own function so tests can hold it to hand-computed values.
+torch::Tensor clipped_surrogate(const torch::Tensor& log_prob, const torch::Tensor& old_log_prob,
+                                const torch::Tensor& advantage, double clip);
 
 struct UpdateStats {
   double policy_loss = 0, value_loss = 0, entropy = 0, clip_fraction = 0;

@@ -120,10 +120,11 @@ TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only",
   CHECK(out["version"] == 5);
   CHECK(out["env_steps"].get<int>() >= 4 * 8 * 16);
   const auto [erc, eval] = run_json({NEXUS_TEST_EVAL_TENANT, "--socket", daemon.socket(), "--tenant", "carol", "--episodes",
-                                "10", "--version", "5"},
+                                "10"},  // no --version: the latest published, never the live head
                                dir, "eval");
   INFO(eval.dump());
   CHECK(erc == 0);
+  CHECK(eval["version"] == 5);
   CHECK(eval["unchanged"] == true);
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }

@@ -18,17 +18,6 @@
 
 using namespace nexus::test;
 
-namespace {
-
-std::string executable_copy(const std::string& from, const TempDir& dir) {
-  const std::string to = dir.path + "/" + std::filesystem::path(from).filename().string();
-  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing);
-  ::chmod(to.c_str(), 0755);
-  return to;
-}
-
-}  // namespace
-
 TEST_CASE("a tenant's name and checkpoints are its user's alone, before and after a restart",
           "[integration][model][identity]") {
   const auto alice = ensure_test_user("nexus-test-alice");

@@ -80,6 +80,14 @@ std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
   }
 }
 
+std::string executable_copy(const std::string& from, const TempDir& dir) {
+  const std::string to = dir.path + "/" + std::filesystem::path(from).filename().string();
+  std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing);
+  ::chmod(to.c_str(), 0755);
+  ::chmod(dir.path.c_str(), 0755);
+  return to;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
   std::stringstream ss;

@@ -42,6 +42,9 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& options = 
 std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout);
 
 std::string read_file(const std::string& path);
+// A copy of an executable in `dir` (made 0755, and `dir` too) for a test user to run: the build
+// tree may sit where other users cannot traverse (a clone under /root on a fresh machine).
+std::string executable_copy(const std::string& from, const TempDir& dir);
 // The last non-empty line of a file: where benchmarks put their JSON object.
 std::string last_line(const std::string& path);
 

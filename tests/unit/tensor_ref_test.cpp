@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <cstring>
+
 #include "schema/tensor_ref.hpp"
 
 using namespace nexus;
@@ -38,4 +40,23 @@ TEST_CASE("forged tensor references are refused with a reason", "[tensor][hostil
   const auto m = check(2, 4, wire::DType::Float32, {1}, 1024);
   CHECK(m.code == wire::ErrorCode::BadTensor);
   CHECK_THAT(m.reason, Catch::Contains("not a multiple of its element size"));
+}
+
+TEST_CASE("a shape whose int64 dimensions sit misaligned in the message is refused, not read", "[tensor][hostile]") {
+  // The Verifier checks vectors for 4-byte alignment only: the same valid message placed at an
+  // address that is 4 mod 8 verifies, yet its dimensions cannot be read as int64 (found by the
+  // fuzzer, which UBSan halts on).
+  flatbuffers::FlatBufferBuilder fbb;
+  fbb.Finish(wire::CreateTensorRef(fbb, 0, 24, wire::DType::Float32, fbb.CreateVector(std::vector<std::int64_t>{2, 3})));
+  alignas(16) std::uint8_t storage[512];
+  REQUIRE(fbb.GetSize() + 4 <= sizeof storage);
+  std::memcpy(storage + 4, fbb.GetBufferPointer(), fbb.GetSize());
+  flatbuffers::Verifier verifier(storage + 4, fbb.GetSize());
+  REQUIRE(verifier.VerifyBuffer<wire::TensorRef>(nullptr));
+  const auto c = schema::check_tensor_ref(flatbuffers::GetRoot<wire::TensorRef>(storage + 4), 1024);
+  CHECK(c.code == wire::ErrorCode::BadTensor);
+  CHECK_THAT(c.reason, Catch::Contains("not 8-byte aligned"));
+  // The same bytes at an aligned address pass.
+  std::memcpy(storage, fbb.GetBufferPointer(), fbb.GetSize());
+  CHECK(schema::check_tensor_ref(flatbuffers::GetRoot<wire::TensorRef>(storage), 1024));
 }

@@ -55,9 +55,10 @@ struct Observation {
 };
 
 struct SlotDigest {
-  std::uint64_t parameters = 0;  // FNV-1a over the head's parameters
-  std::uint64_t optimizer = 0;   // ... over the optimizer state (AdamW moments, step counts)
+  std::uint64_t parameters = 0;  // FNV-1a over the head's parameters and its published versions
+  std::uint64_t optimizer = 0;   // ... over the training state (AdamW moments, step counts, RNG)
   std::uint64_t step = 0;
+  std::uint64_t latest_version = 0;  // the newest published version; 0: none yet
   bool operator==(const SlotDigest&) const = default;
 };
 

@@ -56,10 +56,11 @@ std::span<const std::uint8_t> ReplyBuilder::predict(std::uint64_t request_id, st
 }
 
 std::span<const std::uint8_t> ReplyBuilder::slot_digest(std::uint64_t request_id, std::uint64_t parameters,
-                                                       std::uint64_t optimizer, std::uint64_t step) {
+                                                       std::uint64_t optimizer, std::uint64_t step,
+                                                       std::uint64_t latest_version) {
   fbb_.Clear();
   return finish(request_id, wire::Body::SlotDigestReply,
-                wire::CreateSlotDigestReply(fbb_, parameters, optimizer, step).Union());
+                wire::CreateSlotDigestReply(fbb_, parameters, optimizer, step, latest_version).Union());
 }
 
 std::span<const std::uint8_t> ReplyBuilder::published(std::uint64_t request_id, std::uint64_t version) {

@@ -27,7 +27,7 @@ class ReplyBuilder {
                                         std::span<const std::int64_t> shape);
   std::span<const std::uint8_t> published(std::uint64_t request_id, std::uint64_t version);
   std::span<const std::uint8_t> slot_digest(std::uint64_t request_id, std::uint64_t parameters, std::uint64_t optimizer,
-                                            std::uint64_t step);
+                                            std::uint64_t step, std::uint64_t latest_version);
   std::span<const std::uint8_t> saved(std::uint64_t request_id, std::uint64_t step);
   std::span<const std::uint8_t> loaded(std::uint64_t request_id, std::uint64_t step);
 
