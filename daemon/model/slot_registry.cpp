@@ -1,5 +1,7 @@
 #include "daemon/model/slot_registry.hpp"
 
+#include <malloc.h>
+
 #include "daemon/log/log_text.hpp"
 #include "daemon/model/request_binding.hpp"
 #include "daemon/state/private_files.hpp"
@@ -71,7 +73,11 @@ void SlotRegistry::retain(const std::string& tenant, TenantSlot& slot) {
     if (it != pins_.end())
       for (const auto& [v, count] : it->second) pinned.insert(v);
   }
-  slot.retain(static_cast<std::size_t>(std::max(1, config_.versions_kept)), pinned);
+  // Dropped versions free megabytes at a time, often on another thread than allocated them;
+  // glibc keeps such memory in its arenas, so a tenant publishing in a loop would grow the
+  // daemon's RSS (14% over 1 900 publishes in a fresh root) although nothing leaks. Trimming
+  // hands the freed pages back to the system.
+  if (slot.retain(static_cast<std::size_t>(std::max(1, config_.versions_kept)), pinned) > 0) ::malloc_trim(0);
 }
 
 Result SlotRegistry::publish(const std::string& tenant) {
