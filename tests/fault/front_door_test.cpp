@@ -24,13 +24,6 @@ using namespace nexus::test;
 namespace {
 
 // A copy of hostile_peer where another Unix user may run it (the build tree may sit in /root).
-std::string hostile_copy(const TempDir& dir) {
-  const std::string p = dir.path + "/hostile_peer";
-  std::filesystem::copy_file(NEXUS_TEST_HOSTILE_PEER, p);
-  ::chmod(p.c_str(), 0755);
-  return p;
-}
-
 // The daemon's CPU time (user + system), seconds.
 double cpu_seconds(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
@@ -66,9 +59,8 @@ TEST_CASE("2000 idle connections of one user lock nobody out: others attach and 
   const auto worker = ensure_test_user("nexus-test-worker");
   if (!idler || !worker) FAIL("this test needs root to create users; run the suite as root");
   TempDir dir;
-  const std::string peer = hostile_copy(dir), tenant = dir.path + "/ping_tenant";
-  std::filesystem::copy_file(ping_tenant_path(), tenant);
-  ::chmod(tenant.c_str(), 0755);
+  const std::string peer = executable_copy(NEXUS_TEST_HOSTILE_PEER, dir),
+                    tenant = executable_copy(ping_tenant_path(), dir);
   // The default mode 0660, and a group both users are in, as lab members would be.
   const std::string group = "nexus-test-lab";
   std::system(("/usr/sbin/groupadd -f " + group + " && /usr/sbin/usermod -a -G " + group +

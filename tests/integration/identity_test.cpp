@@ -24,7 +24,6 @@ TEST_CASE("a tenant's name and checkpoints are its user's alone, before and afte
   const auto mallory = ensure_test_user("nexus-test-mallory");
   if (!alice || !mallory) FAIL("this test needs root to create users; run the suite as root");
   TempDir dir;
-  ::chmod(dir.path.c_str(), 0755);
   const std::string sft = executable_copy(NEXUS_TEST_SFT_TENANT, dir), ctl = executable_copy(nexusctl_path(), dir);
   const std::string cat = "/bin/cat";
   const std::string state = dir.path + "/state";
