@@ -3,7 +3,9 @@
 // step (the observations land in this tenant's arena and go straight into the predict request),
 // reports success rate and mean return, and checks that the tenant's parameters and optimizer
 // state are bitwise what they were before (slot digests). With --dataset it instead reports the
-// action error (mean L1 of the first action of each chunk) on the file's held-out episodes.
+// action error (mean L1 of the first action of each chunk) on the file's held-out episodes, beside
+// the error of always predicting the training demos' mean action.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -11,38 +13,73 @@
 #include <CLI/CLI.hpp>
 
 #include "datasets/demo_file.hpp"
+#include "datasets/normalizer.hpp"
 #include "nexus/client.hpp"
 
 namespace {
 
-// Mean L1 error of the version's first action against the recorded one, over the steps of the
-// episodes from `first` on (the held-out split: train on the others).
-double heldout_action_error(nexus::Client& client, const nexus::BackboneInfo& bb, const std::string& path,
-                            std::size_t first, std::uint64_t version, std::size_t* samples) {
-  const auto demos = nexus::datasets::read_demo_file(path);
+struct HeldOut {
+  double error = 0, mean_baseline = 0;  // mean L1 per action column, in the file's units
+  std::size_t samples = 0;
+};
+
+// Mean L1 error of the version's first action against the recorded one over the held-out
+// episodes: the file's /mask/valid demos when it has masks, else those from `first` on (train on
+// the others). The baseline predicts the training demos' mean action (`train_path`'s when given,
+// else this file's non-held-out demos). The file is read here with
+// the same options nexusd reads it with (views resized to the backbone's size). With `normalized`
+// the dataset is also loaded into nexusd, and predictions name it: state in, actions out in the
+// file's units.
+HeldOut heldout_action_error(nexus::Client& client, const nexus::BackboneInfo& bb, const std::string& path,
+                             const std::string& train_path, nexus::datasets::ReadOptions read, std::size_t first,
+                             std::uint64_t version, bool normalized) {
+  read.image_size = bb.image_size;
+  auto demos = nexus::datasets::read_demo_file(path, read);
   const auto& m = demos.meta;
-  if (m.image_size != bb.image_size) throw std::runtime_error(path + ": images are not the backbone's size");
-  auto images = client.alloc(nexus::DType::UInt8, {1, 1, m.image_size, m.image_size, 3});
+  if (!m.has_masks)
+    for (std::size_t e = 0; e < demos.episodes.size(); ++e) demos.episodes[e].valid = e >= first;
+  std::vector<float> mean;  // empty: no training demos to take a mean from (a separate held-out file)
+  if (train_path.empty()) {
+    for (auto& e : demos.episodes) e.train = e.train && !e.valid;
+    if (std::any_of(demos.episodes.begin(), demos.episodes.end(), [](const auto& e) { return e.train; }))
+      mean = nexus::datasets::compute_normalizer(demos).action.mean;
+  } else {
+    mean = nexus::datasets::compute_normalizer(nexus::datasets::read_demo_file(train_path, read)).action.mean;
+  }
+  std::string dataset;
+  if (normalized) {  // nexusd's statistics of the file the head was trained on
+    nexus::DatasetOptions o;
+    o.views = read.views, o.state_keys = read.state_keys, o.instruction = read.instruction, o.normalize = true;
+    client.dataset_load("heldout-units", train_path.empty() ? path : train_path, o);
+    dataset = "heldout-units";
+  }
+  const auto views = static_cast<std::int64_t>(m.views.size());
+  auto images = client.alloc(nexus::DType::UInt8, {1, views, m.image_size, m.image_size, 3});
   auto tokens = client.alloc(nexus::DType::Int32, {1, bb.max_tokens});
   auto mask = client.alloc(nexus::DType::UInt8, {1, bb.max_tokens});
   auto state = client.alloc(nexus::DType::Float32, {1, m.state_dim});
   const std::size_t image_bytes = images.bytes();
-  double total = 0;
-  *samples = 0;
-  for (std::size_t e = first; e < demos.episodes.size(); ++e) {
-    const auto& ep = demos.episodes[e];
+  HeldOut out;
+  for (const auto& ep : demos.episodes) {
+    if (!ep.valid) continue;
     nexus::tokenize(ep.instruction, tokens, mask, 0);
     for (std::int64_t t = 0; t < ep.steps; ++t) {
       std::memcpy(images.raw().data(), ep.images.data() + t * image_bytes, image_bytes);
       std::memcpy(state.raw().data(), ep.proprio.data() + t * m.state_dim, state.bytes());
-      const auto p = client.predict({&images, &tokens, &mask, &state}, version);
-      for (std::int64_t a = 0; a < m.action_dim; ++a)
-        total += std::abs(p.actions[static_cast<std::size_t>(a)] - ep.actions[static_cast<std::size_t>(t * m.action_dim + a)]);
-      ++*samples;
+      const auto p = client.predict({&images, &tokens, &mask, m.state_dim > 0 ? &state : nullptr}, version, dataset);
+      for (std::int64_t a = 0; a < m.action_dim; ++a) {
+        const float want = ep.actions[static_cast<std::size_t>(t * m.action_dim + a)];
+        out.error += std::abs(p.actions[static_cast<std::size_t>(a)] - want);
+        if (!mean.empty()) out.mean_baseline += std::abs(mean[static_cast<std::size_t>(a)] - want);
+      }
+      ++out.samples;
     }
   }
-  if (*samples == 0) throw std::runtime_error(path + ": no held-out episodes from " + std::to_string(first));
-  return total / static_cast<double>(*samples * static_cast<std::size_t>(m.action_dim));
+  if (out.samples == 0) throw std::runtime_error(path + ": no held-out episodes");
+  const auto n = static_cast<double>(out.samples * static_cast<std::size_t>(m.action_dim));
+  out.error /= n;
+  out.mean_baseline = mean.empty() ? NAN : out.mean_baseline / n;
+  return out;
 }
 
 }  // namespace
@@ -62,7 +99,17 @@ int main(int argc, char** argv) {
   std::string dataset;
   std::size_t heldout_from = 0;
   app.add_option("--dataset", dataset, "instead of episodes: action error on this file's held-out episodes");
-  app.add_option("--heldout-from", heldout_from, "the held-out split: episodes from this index on");
+  app.add_option("--heldout-from", heldout_from, "without /mask/valid in the file: episodes from this index on");
+  nexus::datasets::ReadOptions read;
+  bool normalized = false;
+  app.add_option("--views", read.views, "the dataset's camera keys (default: its layout's)")->delimiter(',');
+  app.add_option("--state-keys", read.state_keys, "the dataset's proprio keys (default: its layout's)")->delimiter(',');
+  app.add_option("--instruction", read.instruction, "for files whose demos name none");
+  app.add_flag("--normalize", normalized, "the head was trained on the file's normalised actions and state");
+  std::string train_dataset;
+  app.add_option("--train-dataset", train_dataset,
+                 "the file the head was trained on, when --dataset is a separate held-out file (its training "
+                 "demos give the mean baseline and, with --normalize, the statistics)");
   CLI11_PARSE(app, argc, argv);
   opt.client_arena_bytes = 32 << 20;
   opt.timeout = std::chrono::seconds(60);
@@ -77,12 +124,12 @@ int main(int argc, char** argv) {
     }
     const auto bb = client->backbone();
     if (!dataset.empty()) {
-      std::size_t samples = 0;
-      const double error = heldout_action_error(*client, bb, dataset, heldout_from, version, &samples);
+      const auto h = heldout_action_error(*client, bb, dataset, train_dataset, read, heldout_from, version, normalized);
       const auto after = client->slot_digest();
       std::printf("{\"tenant\":\"%s\",\"dataset\":\"%s\",\"version\":%llu,\"heldout_samples\":%zu,"
-                  "\"action_error\":%.5f,\"unchanged\":%s}\n",
-                  opt.tenant.c_str(), dataset.c_str(), static_cast<unsigned long long>(version), samples, error,
+                  "\"action_error\":%.5f,\"mean_baseline_error\":%s,\"unchanged\":%s}\n",
+                  opt.tenant.c_str(), dataset.c_str(), static_cast<unsigned long long>(version), h.samples, h.error,
+                  std::isnan(h.mean_baseline) ? "null" : std::to_string(h.mean_baseline).c_str(),
                   before == after ? "true" : "false");
       return before == after ? 0 : 3;
     }

@@ -1,8 +1,9 @@
 // sft_demos_tenant: supervised fine-tuning from recorded demonstrations (a robomimic/LIBERO HDF5
 // file, e.g. from `nexusctl dataset record`). Hands the file to nexusd (opened here, with this
-// user's permissions), lets the daemon sample batches of (camera image, instruction, proprio
-// state, action chunk) from it for each step on its resident backbone, publishes a policy
-// version, prints one JSON line.
+// user's permissions), lets the daemon sample batches of (camera views, instruction, proprio
+// state, action chunk) from its training demos for each step on its resident backbone, publishes
+// a policy version, prints one JSON line. --views / --state-keys name other layouts' keys;
+// --normalize trains on the file's normalised actions and state.
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +28,12 @@ int main(int argc, char** argv) {
   app.add_option("--lr", spec.optimizer.lr, "AdamW learning rate");
   app.add_option("--seed", spec.seed, "head initialisation and sampling seed");
   app.add_option("--report-every", report_every, "progress line every N steps (0: none)");
+  nexus::DatasetOptions data_options;
+  app.add_option("--views", data_options.views, "camera keys under obs/ (default: the file's layout)")->delimiter(',');
+  app.add_option("--state-keys", data_options.state_keys, "proprio keys under obs/ (default: the layout's)")
+      ->delimiter(',');
+  app.add_flag("--normalize", data_options.normalize, "train on actions and state normalised by the file's statistics");
+  app.add_option("--instruction", data_options.instruction, "for files whose demos name none");
   spec.head.chunk = 4;
   CLI11_PARSE(app, argc, argv);
   opt.timeout = std::chrono::seconds(60);
@@ -37,10 +44,12 @@ int main(int argc, char** argv) {
   };
   try {
     auto client = nexus::Client::attach(opt);
-    const auto data = client->dataset_load("demos", path, spec.seed);
+    data_options.seed = spec.seed;
+    const auto data = client->dataset_load("demos", path, data_options);
+    spec.views = static_cast<std::int32_t>(data.views.size());
     spec.head.state_dim = data.state_dim;
     spec.head.action_dim = data.action_dim;
-    spec.head.flow_noise = 0.3;  // the recorded actions span [-1, 1]
+    spec.head.flow_noise = 0.3;  // the recorded (or normalised) actions span about [-1, 1]
     client->register_tenant(spec);
     double first = NAN, last = NAN;
     const auto started = std::chrono::steady_clock::now();
@@ -55,9 +64,11 @@ int main(int argc, char** argv) {
     }
     const auto version = client->publish();
     auto number = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
-    std::printf("{\"tenant\":\"%s\",\"head\":\"%s\",\"dataset\":\"%s\",\"demos\":%u,\"samples\":%llu,\"steps\":%d,"
+    std::printf("{\"tenant\":\"%s\",\"head\":\"%s\",\"dataset\":\"%s\",\"layout\":\"%s\",\"views\":%d,"
+                "\"state_dim\":%d,\"demos\":%u,\"valid_demos\":%u,\"samples\":%llu,\"steps\":%d,"
                 "\"first_loss\":%s,\"last_loss\":%s,\"version\":%llu}\n",
-                opt.tenant.c_str(), spec.head.kind.c_str(), path.c_str(), data.episodes,
+                opt.tenant.c_str(), spec.head.kind.c_str(), path.c_str(), data.layout.c_str(), spec.views,
+                data.state_dim, data.episodes, data.valid_episodes,
                 static_cast<unsigned long long>(data.samples), steps, number(first).c_str(), number(last).c_str(),
                 static_cast<unsigned long long>(version));
   } catch (const nexus::Error& e) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/demo_file.hpp"
+#include "datasets/normalizer.hpp"
 #include "sim/task.hpp"
 
 namespace nexus::ctl {
@@ -14,6 +15,7 @@ int record_dataset(const RecordOptions& o) {
   auto task = sim::make_task(o.task, {.image_size = o.image_size});
   datasets::DatasetMeta meta{.task = o.task,
                              .image_size = o.image_size,
+                             .source_image_size = o.image_size,
                              .state_dim = sim::Task::kStateDim,
                              .action_dim = sim::Task::kActionDim};
   std::vector<datasets::Episode> episodes;
@@ -53,26 +55,60 @@ int record_dataset(const RecordOptions& o) {
   return static_cast<int>(episodes.size()) == o.episodes ? 0 : 1;
 }
 
-int dataset_info(const std::string& path, bool json) {
-  const auto f = datasets::read_demo_file(path);
-  std::int64_t steps = 0, successes = 0;
+int dataset_info(const std::string& path, const datasets::ReadOptions& options, bool json) {
+  const auto f = datasets::read_demo_file(path, options);
+  std::int64_t steps = 0, train_steps = 0, successes = 0, train = 0, valid = 0;
   for (const auto& e : f.episodes) {
     steps += e.steps;
+    train_steps += e.train ? e.steps : 0;
     successes += e.success;
+    train += e.train;
+    valid += e.valid;
   }
+  const auto& m = f.meta;
+  const auto stats = train > 0 ? datasets::compute_normalizer(f) : datasets::Normalizer{};
   if (json) {
-    nlohmann::json j = {{"task", f.meta.task},           {"camera", f.meta.camera},
-                        {"image_size", f.meta.image_size}, {"state_dim", f.meta.state_dim},
-                        {"action_dim", f.meta.action_dim}, {"demos", f.episodes.size()},
-                        {"steps", steps},                  {"successes", successes}};
+    nlohmann::json j = {{"task", m.task},
+                        {"layout", m.layout},
+                        {"views", m.views},
+                        {"state_keys", m.state_keys},
+                        {"image_size", m.image_size},
+                        {"source_image_size", m.source_image_size},
+                        {"state_dim", m.state_dim},
+                        {"action_dim", m.action_dim},
+                        {"demos", f.episodes.size()},
+                        {"train_demos", train},
+                        {"valid_demos", valid},
+                        {"masks", m.has_masks},
+                        {"steps", steps},
+                        {"train_steps", train_steps},
+                        {"successes", successes},
+                        {"action_mean", stats.action.mean},
+                        {"action_std", stats.action.std},
+                        {"state_mean", stats.state.mean},
+                        {"state_std", stats.state.std}};
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::printf("%s: task %s, %zu demos, %lld steps, %lld successful; camera %s %lldx%lld, state %lld, action %lld\n",
-              path.c_str(), f.meta.task.c_str(), f.episodes.size(), static_cast<long long>(steps),
-              static_cast<long long>(successes), f.meta.camera.c_str(), static_cast<long long>(f.meta.image_size),
-              static_cast<long long>(f.meta.image_size), static_cast<long long>(f.meta.state_dim),
-              static_cast<long long>(f.meta.action_dim));
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& k : v) s += (s.empty() ? "" : ",") + k;
+    return s.empty() ? std::string("-") : s;
+  };
+  std::printf("%s: %s layout, task %s, %zu demos (%lld train, %lld valid), %lld steps, %lld successful\n",
+              path.c_str(), m.layout.c_str(), m.task.c_str(), f.episodes.size(), static_cast<long long>(train),
+              static_cast<long long>(valid), static_cast<long long>(steps), static_cast<long long>(successes));
+  std::printf("  views %s (%lld px%s), state %lld [%s], action %lld\n", list(m.views).c_str(),
+              static_cast<long long>(m.source_image_size),
+              m.image_size != m.source_image_size ? (", resized to " + std::to_string(m.image_size)).c_str() : "",
+              static_cast<long long>(m.state_dim), list(m.state_keys).c_str(), static_cast<long long>(m.action_dim));
+  auto row = [](const char* what, const std::vector<float>& v) {
+    std::printf("  %s", what);
+    for (const float x : v) std::printf(" %.3g", x);
+    std::printf("\n");
+  };
+  row("action mean", stats.action.mean);
+  row("action std ", stats.action.std);
   return 0;
 }
 

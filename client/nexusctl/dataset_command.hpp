@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <string>
 
+#include "datasets/demo_file.hpp"
+
 namespace nexus::ctl {
 
 struct RecordOptions {
@@ -15,6 +17,8 @@ struct RecordOptions {
 };
 
 int record_dataset(const RecordOptions& options);
-int dataset_info(const std::string& path, bool json);
+// Layout, views, state keys, splits and the normalisation nexusd would compute (over the
+// training demos), as one line or as JSON.
+int dataset_info(const std::string& path, const datasets::ReadOptions& options, bool json);
 
 }  // namespace nexus::ctl

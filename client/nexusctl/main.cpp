@@ -54,6 +54,13 @@ int main(int argc, char** argv) {
   std::string info_path;
   auto* info = dataset->add_subcommand("info", "what a dataset holds (and whether it reads cleanly)");
   info->add_option("file", info_path, "an .hdf5 file")->required();
+  std::string info_views, info_state_keys;
+  nexus::datasets::ReadOptions info_options;
+  info->add_option("--views", info_views, "camera keys under obs/, comma-separated (default: the layout's)");
+  info->add_option("--state-keys", info_state_keys, "proprio keys under obs/, comma-separated (default: the layout's)");
+  info->add_option("--image-size", info_options.image_size, "resize views to this side, as nexusd does (default: keep)")
+      ->check(CLI::Range(0, 4096));
+  info->add_option("--instruction", info_options.instruction, "for files whose demos name none");
   json_flag(info);
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
@@ -71,7 +78,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (record->parsed()) return nexus::ctl::record_dataset(rec);
-    if (info->parsed()) return nexus::ctl::dataset_info(info_path, json);
+    if (info->parsed()) {
+      info_options.views = nexus::datasets::split_keys(info_views);
+      info_options.state_keys = nexus::datasets::split_keys(info_state_keys);
+      return nexus::ctl::dataset_info(info_path, info_options, json);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "nexusctl: %s\n", e.what());
     return 1;

@@ -39,9 +39,46 @@ EnvStepResult step_result(const std::vector<std::uint8_t>& bytes) {
   return out;
 }
 
+std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (v)
+    for (const auto* s : *v) out.push_back(s ? s->str() : "");
+  return out;
+}
+
+std::vector<float> floats(const flatbuffers::Vector<float>* v) {
+  return v ? std::vector<float>(v->begin(), v->end()) : std::vector<float>{};
+}
+
+DatasetInfo dataset_info(const wire::DatasetLoadReply& r) {
+  DatasetInfo d;
+  d.episodes = r.episodes();
+  d.train_episodes = r.train_episodes();
+  d.valid_episodes = r.valid_episodes();
+  d.samples = r.samples();
+  d.state_dim = r.state_dim();
+  d.action_dim = r.action_dim();
+  d.layout = r.layout() ? r.layout()->str() : "";
+  d.views = strings(r.views());
+  d.state_keys = strings(r.state_keys());
+  d.source_image_size = r.source_image_size();
+  d.normalized = r.normalized();
+  d.action_mean = floats(r.action_mean());
+  d.action_std = floats(r.action_std());
+  d.state_mean = floats(r.state_mean());
+  d.state_std = floats(r.state_std());
+  return d;
+}
+
 }  // namespace
 
 DatasetInfo Client::dataset_load(const std::string& name, const std::string& path, std::uint64_t seed) {
+  DatasetOptions options;
+  options.seed = seed;
+  return dataset_load(name, path, options);
+}
+
+DatasetInfo Client::dataset_load(const std::string& name, const std::string& path, const DatasetOptions& options) {
   // Opened here, so that the kernel checks *your* permissions; nexusd only ever gets the file.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
@@ -58,12 +95,15 @@ DatasetInfo Client::dataset_load(const std::string& name, const std::string& pat
   ::close(fd);  // nexusd holds its own copy now
   if (!sent) throw Error(ErrorCode::DaemonGone, "the control socket closed");
   const auto id = state_->submit(wire::Body::DatasetLoadRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
-    return wire::CreateDatasetLoadRequest(fbb, fbb.CreateString(name), seed).Union();
+    const auto n = fbb.CreateString(name);
+    const auto views = fbb.CreateVectorOfStrings(options.views), keys = fbb.CreateVectorOfStrings(options.state_keys);
+    const auto instruction = fbb.CreateString(options.instruction);
+    return wire::CreateDatasetLoadRequest(fbb, n, options.seed, views, keys, options.normalize, instruction).Union();
   });
   try {
     const auto bytes = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
     const auto* r = reply_message(bytes, wire::Body::DatasetLoadReply)->body_as_DatasetLoadReply();
-    return DatasetInfo{r->episodes(), r->samples(), r->state_dim(), r->action_dim()};
+    return dataset_info(*r);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::BadDataset) throw Error(ErrorCode::BadDataset, path + ": " + e.what());
     throw;

@@ -62,15 +62,18 @@ Future<SftResult> Client::sft_step_async(const Observation& obs, const Tensor& a
 
 SftResult Client::sft_step(const Observation& obs, const Tensor& actions) { return sft_step_async(obs, actions).get(); }
 
-Future<Prediction> Client::predict_async(const Observation& obs, std::uint64_t version) {
+Future<Prediction> Client::predict_async(const Observation& obs, std::uint64_t version, const std::string& dataset) {
   const auto id = state_->submit(wire::Body::PredictRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
     auto o = observation(fbb, obs);
-    return wire::CreatePredictRequest(fbb, o, version).Union();
+    const auto d = dataset.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateString(dataset);
+    return wire::CreatePredictRequest(fbb, o, version, d).Union();
   });
   return Future<Prediction>(state_.get(), id);
 }
 
-Prediction Client::predict(const Observation& obs, std::uint64_t version) { return predict_async(obs, version).get(); }
+Prediction Client::predict(const Observation& obs, std::uint64_t version, const std::string& dataset) {
+  return predict_async(obs, version, dataset).get();
+}
 
 std::uint64_t Client::publish() {
   const auto id = state_->submit(wire::Body::PublishRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {

@@ -31,7 +31,7 @@ std::uint64_t DatasetStore::tenant_bytes(const std::string& tenant, const std::s
 }
 
 LoadedDataset DatasetStore::load(const std::string& tenant, const std::string& name, int fd, std::uint64_t seed,
-                                 std::int64_t image_size) {
+                                 std::int64_t image_size, std::int64_t max_views, const DatasetLoadOptions& options) {
   struct stat st {};
   const std::uint64_t file_bytes = ::fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
   auto fits = [&](std::uint64_t bytes) {  // under mu_
@@ -55,22 +55,40 @@ LoadedDataset DatasetStore::load(const std::string& tenant, const std::string& n
     fits(file_bytes);  // before reading: a huge file is refused without being read
   }
   auto d = std::make_shared<Dataset>();
+  const datasets::ReadOptions read{options.views, options.state_keys, image_size, options.instruction};
   try {
-    d->file = datasets::read_demo_fd(fd, "dataset '" + name + "'");
+    d->file = datasets::read_demo_fd(fd, "dataset '" + name + "'", read);
+    if (options.normalize)
+      d->normalizer = std::make_shared<const datasets::Normalizer>(datasets::compute_normalizer(d->file));
   } catch (const datasets::DatasetError& e) {
     throw DatasetRefused(false, e.what());
   }
   const auto& m = d->file.meta;
-  if (m.image_size != image_size)
-    throw DatasetRefused(false, "dataset '" + name + "' has " + std::to_string(m.image_size) +
-                                    "-pixel images; the backbone takes " + std::to_string(image_size));
-  for (std::size_t e = 0; e < d->file.episodes.size(); ++e)
-    for (std::int64_t t = 0; t < d->file.episodes[e].steps; ++t) d->index.emplace_back(e, t);
-  if (d->index.empty()) throw DatasetRefused(false, "dataset '" + name + "' has no samples");
+  if (static_cast<std::int64_t>(m.views.size()) > max_views)
+    throw DatasetRefused(false, "dataset '" + name + "' has " + std::to_string(m.views.size()) +
+                                    " views; the backbone takes at most " + std::to_string(max_views) +
+                                    " (name the ones to use with views)");
+  LoadedDataset out;
+  for (std::size_t e = 0; e < d->file.episodes.size(); ++e) {
+    const auto& ep = d->file.episodes[e];
+    out.train_episodes += ep.train;
+    out.valid_episodes += ep.valid;
+    if (ep.train)
+      for (std::int64_t t = 0; t < ep.steps; ++t) d->index.emplace_back(e, t);
+  }
+  if (d->index.empty()) throw DatasetRefused(false, "dataset '" + name + "' has no training samples");
   d->rng.seed(seed);
   d->bytes = held_bytes(d->file);
-  LoadedDataset out{static_cast<std::uint32_t>(d->file.episodes.size()), d->index.size(), m.state_dim, m.action_dim,
-                    d->bytes};
+  out.episodes = static_cast<std::uint32_t>(d->file.episodes.size());
+  out.samples = d->index.size();
+  out.state_dim = m.state_dim;
+  out.action_dim = m.action_dim;
+  out.source_image_size = m.source_image_size;
+  out.bytes = d->bytes;
+  out.layout = m.layout;
+  out.views = m.views;
+  out.state_keys = m.state_keys;
+  out.normalizer = d->normalizer;
   std::lock_guard lk(mu_);
   fits(d->bytes);  // again, with what it holds in memory (and what others loaded meanwhile)
   auto& slot = datasets_[tenant][name];
@@ -93,9 +111,10 @@ SampledBatch DatasetStore::sample(const std::string& tenant, const std::string& 
   const auto& meta = d->file.meta;
   SampledBatch b;
   b.n = n, b.chunk = chunk, b.image_size = meta.image_size, b.max_tokens = max_tokens;
+  b.views = static_cast<std::int64_t>(meta.views.size());
   b.state_dim = meta.state_dim, b.action_dim = meta.action_dim;
   const auto hw = static_cast<std::size_t>(meta.image_size);
-  const std::size_t image_bytes = hw * hw * 3, sd = static_cast<std::size_t>(meta.state_dim),
+  const std::size_t image_bytes = static_cast<std::size_t>(b.views) * hw * hw * 3, sd = static_cast<std::size_t>(meta.state_dim),
                     ad = static_cast<std::size_t>(meta.action_dim), T = static_cast<std::size_t>(max_tokens);
   b.images.resize(static_cast<std::size_t>(n) * image_bytes);
   b.tokens.resize(static_cast<std::size_t>(n) * T);
@@ -115,7 +134,22 @@ SampledBatch DatasetStore::sample(const std::string& tenant, const std::string& 
                   ad * sizeof(float));
     }
   }
+  if (d->normalizer) {
+    d->normalizer->state.normalize(b.state.data(), b.state.size());
+    d->normalizer->action.normalize(b.actions.data(), b.actions.size());
+  }
   return b;
+}
+
+std::shared_ptr<const datasets::Normalizer> DatasetStore::normalizer(const std::string& tenant,
+                                                                     const std::string& name) const {
+  std::lock_guard lk(mu_);
+  auto it = datasets_.find(tenant);
+  if (it == datasets_.end() || !it->second.count(name))
+    throw DatasetRefused(false, "no dataset '" + name + "' loaded by this tenant");
+  auto n = it->second.at(name)->normalizer;
+  if (!n) throw DatasetRefused(false, "dataset '" + name + "' was loaded without normalize: nothing to apply");
+  return n;
 }
 
 void DatasetStore::tenant_detached(const std::string& tenant) {

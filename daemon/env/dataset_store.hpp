@@ -1,6 +1,6 @@
 // Offline datasets (the Environment Service's data side): demonstration files a tenant loaded
 // through a descriptor it opened itself (nexusd never opens a tenant's path), kept per tenant
-// within bounds, and sampled into SFT batches.
+// within bounds, and sampled into SFT batches (training demos only; normalised on request).
 //
 // Bounds (typed refusals, nothing half-loaded): datasets per tenant, bytes per tenant, bytes in
 // all (the file's size is checked before reading it, the loaded size after).
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "datasets/demo_file.hpp"
+#include "datasets/normalizer.hpp"
 
 namespace nexus::env {
 
@@ -35,18 +36,29 @@ class DatasetRefused : public std::runtime_error {
   bool quota_;
 };
 
-struct LoadedDataset {
-  std::uint32_t episodes = 0;
-  std::uint64_t samples = 0;   // steps over all episodes
-  std::int64_t state_dim = 0, action_dim = 0;
-  std::uint64_t bytes = 0;     // held in memory
+// How to read a file: which keys, and whether to normalise (datasets/demo_file.hpp, normalizer.hpp).
+struct DatasetLoadOptions {
+  std::vector<std::string> views, state_keys;  // empty: the file's layout decides
+  bool normalize = false;
+  std::string instruction;                     // for demos whose file names none
 };
 
-// A batch the daemon sampled: (image, instruction tokens, state, action chunk) per sample, in
-// the layouts the model service reads (images uint8 [n, 1, H, W, 3], tokens int32 and mask uint8
-// [n, T], state float32 [n, state_dim], actions float32 [n, chunk, action_dim]).
+struct LoadedDataset {
+  std::uint32_t episodes = 0, train_episodes = 0, valid_episodes = 0;
+  std::uint64_t samples = 0;   // steps over the training episodes
+  std::int64_t state_dim = 0, action_dim = 0, source_image_size = 0;
+  std::uint64_t bytes = 0;     // held in memory
+  std::string layout;
+  std::vector<std::string> views, state_keys;
+  std::shared_ptr<const datasets::Normalizer> normalizer;  // null unless normalize
+};
+
+// A batch the daemon sampled: (views, instruction tokens, state, action chunk) per sample, in
+// the layouts the model service reads (images uint8 [n, views, H, W, 3], tokens int32 and mask
+// uint8 [n, T], state float32 [n, state_dim], actions float32 [n, chunk, action_dim]), normalised
+// when the dataset was loaded with normalize.
 struct SampledBatch {
-  std::int64_t n = 0, chunk = 0, image_size = 0, max_tokens = 0, state_dim = 0, action_dim = 0;
+  std::int64_t n = 0, chunk = 0, views = 1, image_size = 0, max_tokens = 0, state_dim = 0, action_dim = 0;
   std::vector<std::uint8_t> images, mask;
   std::vector<std::int32_t> tokens;
   std::vector<float> state, actions;
@@ -57,9 +69,13 @@ class DatasetStore {
   explicit DatasetStore(DatasetLimits limits = {}) : limits_(limits) {}
 
   // Reads the whole file from `fd` (not closed here) as `name` for `tenant` (replacing a dataset
-  // of that name). image_size: the backbone's, which the file must match. Throws DatasetRefused.
+  // of that name). image_size and max_views: the backbone's; views are resized to image_size.
+  // Throws DatasetRefused.
   LoadedDataset load(const std::string& tenant, const std::string& name, int fd, std::uint64_t seed,
-                     std::int64_t image_size);
+                     std::int64_t image_size, std::int64_t max_views, const DatasetLoadOptions& options = {});
+  // The normalisation of a dataset this tenant loaded with normalize. Throws DatasetRefused when
+  // there is no such dataset or it was loaded without.
+  std::shared_ptr<const datasets::Normalizer> normalizer(const std::string& tenant, const std::string& name) const;
   // Samples `batch` steps with `chunk` consecutive actions each (the last action repeats past
   // an episode's end). Throws DatasetRefused (no such dataset) or std::invalid_argument.
   SampledBatch sample(const std::string& tenant, const std::string& name, std::int64_t batch, std::int64_t chunk,
@@ -70,7 +86,8 @@ class DatasetStore {
  private:
   struct Dataset {
     datasets::DemoFile file;
-    std::vector<std::pair<std::size_t, std::int64_t>> index;  // (episode, step) of every sample
+    std::vector<std::pair<std::size_t, std::int64_t>> index;  // (episode, step) of every training sample
+    std::shared_ptr<const datasets::Normalizer> normalizer;   // null unless loaded with normalize
     std::uint64_t bytes = 0;
     std::mutex mu;                                          // the sampling RNG
     std::mt19937_64 rng;

@@ -56,7 +56,7 @@ void Master::submit(ServiceRequest r) {
     const auto& bb = impl->model.backbone();
     const auto n = static_cast<std::uint64_t>(
         std::max(0, wire::GetMessage(r.message.data())->body_as_DatasetSftStepRequest()->batch()));
-    bytes += n * static_cast<std::uint64_t>(bb.image_size * bb.image_size * 3 + bb.max_tokens * 5);
+    bytes += n * static_cast<std::uint64_t>(bb.max_views * bb.image_size * bb.image_size * 3 + bb.max_tokens * 5);
   }
   const auto session = r.session_id, id = r.request_id;
   if (!impl->charge(session, r.tenant, bytes))
@@ -69,7 +69,12 @@ void Master::submit(ServiceRequest r) {
     impl->complete(session, std::move(reply));
   };
   if (is_model_request(r.type)) {
-    auto m = to_model_request(r, [answer, id](model::Result res) { answer(model_reply(id, res)); });
+    auto done = [answer, id](model::Result res) { answer(model_reply(id, res)); };
+    const auto* predict = r.type == wire::Body::PredictRequest
+                              ? wire::GetMessage(r.message.data())->body_as_PredictRequest()
+                              : nullptr;
+    auto m = predict && predict->dataset() ? normalized_predict(impl->datasets, r, std::move(done))
+                                           : to_model_request(r, std::move(done));
     if (auto* e = std::get_if<ModelRouteError>(&m)) return answer(error_reply(id, e->code, e->reason));
     impl->model.submit(std::move(std::get<model::Request>(m)));
     return;
@@ -85,7 +90,8 @@ void Master::Impl::on_lane(const ServiceRequest& r, const std::function<void(std
   const auto image_size = static_cast<int>(model.backbone().image_size);
   const auto* msg = wire::GetMessage(r.message.data());
   switch (r.type) {
-    case wire::Body::DatasetLoadRequest: return answer(handle_dataset_load(datasets, r, image_size));
+    case wire::Body::DatasetLoadRequest:
+      return answer(handle_dataset_load(datasets, r, image_size, model.backbone().max_views));
     case wire::Body::DatasetSftStepRequest: return submit_dataset_sft_step(datasets, model, r, answer);
     case wire::Body::RlStartRequest: {
       auto started = jobs.start_rl(r.tenant, r.uid, *msg->body_as_RlStartRequest());

@@ -125,4 +125,44 @@ TEST_CASE("dataset requests are checked: names, files, batches, chunks", "[integ
   CHECK(c->dataset_sft_step("d", 8, 4).step == 1);
   CHECK(c->dataset_sft_step("d", 8, 4).step == 2);
   CHECK(count_fds(daemon.pid(), "reach.hdf5") == 0);  // read whole, then closed
+
+  // Keys the file lacks, more views than the backbone takes: refused, named.
+  nexus::DatasetOptions keys;
+  keys.views = {"wrist"};
+  CHECK(code([&] { c->dataset_load("k", file, keys); }) == nexus::ErrorCode::BadDataset);
+  keys.views = {"agentview_image", "agentview_image"};
+  CHECK(code([&] { c->dataset_load("k", file, keys); }) == nexus::ErrorCode::BadDataset);
+  keys.views = std::vector<std::string>(17, "v");
+  CHECK(code([&] { c->dataset_load("k", file, keys); }) == nexus::ErrorCode::BadMessage);
+
+  // Predictions in a dataset's units: only for one loaded with normalize, state of its width.
+  const auto bb = c->backbone();
+  auto images = c->alloc(nexus::DType::UInt8, {2, 1, bb.image_size, bb.image_size, 3});
+  auto tokens = c->alloc(nexus::DType::Int32, {2, bb.max_tokens});
+  auto mask = c->alloc(nexus::DType::UInt8, {2, bb.max_tokens});
+  auto state = c->alloc(nexus::DType::Float32, {2, 4});
+  auto narrow = c->alloc(nexus::DType::Float32, {2, 3});
+  const nexus::Observation obs{&images, &tokens, &mask, &state};
+  CHECK(code([&] { c->predict(obs, 0, "nope"); }) == nexus::ErrorCode::BadDataset);
+  CHECK(code([&] { c->predict(obs, 0, "d"); }) == nexus::ErrorCode::BadDataset);  // loaded without normalize
+  CHECK(code([&] { c->predict(obs, 0, "../d"); }) == nexus::ErrorCode::BadMessage);
+  nexus::DatasetOptions norm;
+  norm.normalize = true;
+  const auto n = c->dataset_load("n", file, norm);
+  REQUIRE(n.normalized);
+  REQUIRE(n.action_mean.size() == 2);
+  CHECK(code([&] { c->predict({&images, &tokens, &mask, &narrow}, 0, "n"); }) == nexus::ErrorCode::BadBatch);
+  CHECK(code([&] { c->predict({&images, &tokens, &mask, nullptr}, 0, "n"); }) == nexus::ErrorCode::BadBatch);
+  // The same observation: raw and in the dataset's units differ exactly by the statistics, and
+  // nexusd left the state in the arena as the tenant wrote it.
+  for (std::size_t i = 0; i < 8; ++i) state.as<float>().data()[i] = 0.1f * static_cast<float>(i);
+  const auto before = std::vector<float>(state.as<float>().data(), state.as<float>().data() + 8);
+  const auto in_units = c->predict(obs, 0, "n");
+  CHECK(std::vector<float>(state.as<float>().data(), state.as<float>().data() + 8) == before);
+  for (std::size_t i = 0; i < 8; ++i)
+    state.as<float>().data()[i] = (before[i] - n.state_mean[i % 4]) / n.state_std[i % 4];
+  const auto raw = c->predict(obs, 0);
+  REQUIRE(raw.actions.size() == in_units.actions.size());
+  for (std::size_t i = 0; i < raw.actions.size(); ++i)
+    CHECK(in_units.actions[i] == Approx(n.action_mean[i % 2] + n.action_std[i % 2] * raw.actions[i]).epsilon(1e-4));
 }

@@ -59,7 +59,7 @@ std::vector<Episode> three_episodes(const DatasetMeta& m) {
 
 void check_same(const DemoFile& got, const DatasetMeta& meta, const std::vector<Episode>& want) {
   CHECK(got.meta.task == meta.task);
-  CHECK(got.meta.camera == meta.camera);
+  CHECK(got.meta.views == meta.views);
   CHECK(got.meta.image_size == meta.image_size);
   CHECK(got.meta.state_dim == meta.state_dim);
   CHECK(got.meta.action_dim == meta.action_dim);
@@ -261,9 +261,10 @@ TEST_CASE("a LIBERO-style file: instruction from problem_info, widths from the d
     put_attr(file, "/data", "env_args", R"({"type": 1, "env_name": "Libero_Kitchen", "env_kwargs": {}})");
   REQUIRE(H5Fclose(file) >= 0);
 
-  const auto got = read_demo_file(path, "agentview_rgb");
+  const auto got = read_demo_file(path, {.views = {"agentview_rgb"}});
   CHECK(got.meta.task == (with_env_args ? "Libero_Kitchen" : ""));
-  CHECK(got.meta.camera == "agentview_rgb");
+  CHECK(got.meta.views == std::vector<std::string>{"agentview_rgb"});
+  CHECK(got.meta.layout == "named");
   CHECK(got.meta.image_size == 8);
   CHECK(got.meta.action_dim == 7);
   CHECK(got.meta.state_dim == 0);
@@ -292,7 +293,11 @@ TEST_CASE("bad demo files are refused with the file and the path inside it named
   const std::string path = dir.path + "/demo.hdf5";
   const auto meta = test_meta();
   write_demo_file(path, meta, three_episodes(meta));
-  auto error = [&](const std::string& camera = "") { return error_of([&] { read_demo_file(path, camera); }); };
+  auto error = [&](const std::string& camera = "") {
+    nexus::datasets::ReadOptions o;
+    if (!camera.empty()) o.views = {camera};
+    return error_of([&] { read_demo_file(path, o); });
+  };
 
   SECTION("not HDF5 at all") {
     std::ofstream(path, std::ios::trunc) << "this is not an HDF5 file, only text\n";
@@ -315,7 +320,7 @@ TEST_CASE("bad demo files are refused with the file and the path inside it named
   }
   SECTION("images of the wrong size") {
     edit(path, [](hid_t f) { replace(f, "/data/demo_2/obs/agentview_image", H5T_STD_U8LE, {9, 32, 32, 3}); });
-    CHECK_THAT(error(), Catch::Contains("/data/demo_2/obs/agentview_image: expected [T, 64, 64, 3] uint8"));
+    CHECK_THAT(error(), Catch::Contains("/data/demo_2/obs/agentview_image: expected [9, 64, 64, 3] uint8"));
   }
   SECTION("images of a type other than uint8") {
     edit(path, [](hid_t f) { replace(f, "/data/demo_0/obs/agentview_image", H5T_IEEE_F32LE, {5, 64, 64, 3}); });

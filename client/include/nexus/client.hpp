@@ -103,9 +103,10 @@ class Client {
   // One SFT step on a batch; actions float32 [n, chunk, action_dim] in the arena.
   Future<SftResult> sft_step_async(const Observation& obs, const Tensor& actions);
   SftResult sft_step(const Observation& obs, const Tensor& actions);
-  // Actions of the live head (version 0) or of a published version.
-  Future<Prediction> predict_async(const Observation& obs, std::uint64_t version = 0);
-  Prediction predict(const Observation& obs, std::uint64_t version = 0);
+  // Actions of the live head (version 0) or of a published version. `dataset`: a dataset you
+  // loaded with normalize; the state is given, and the actions come back, in its units.
+  Future<Prediction> predict_async(const Observation& obs, std::uint64_t version = 0, const std::string& dataset = "");
+  Prediction predict(const Observation& obs, std::uint64_t version = 0, const std::string& dataset = "");
   // Freezes the head's current parameters as a new version; returns it.
   std::uint64_t publish();
   // Fingerprints of this tenant's head parameters and optimizer state, and its step count.
@@ -121,7 +122,10 @@ class Client {
   // path): nexusd reads exactly what you may read. It keeps the demonstrations under `name`
   // (1-64 of [A-Za-z0-9._-]; loading a name again replaces it). Throws PermissionDenied if you
   // cannot read the file, BadDataset (naming the path) if it is not a valid demonstration file.
+  // Views (cameras) and state keys come from the file's layout unless `options` names them;
+  // views are resized to the backbone's image size. See DatasetOptions.
   DatasetInfo dataset_load(const std::string& name, const std::string& path, std::uint64_t seed = 0);
+  DatasetInfo dataset_load(const std::string& name, const std::string& path, const DatasetOptions& options);
   // One SFT step on `batch` samples nexusd draws from the dataset: images, instruction, state,
   // and `chunk` consecutive actions (your head's chunk).
   Future<SftResult> dataset_sft_step_async(const std::string& name, std::int32_t batch, std::int32_t chunk = 1);

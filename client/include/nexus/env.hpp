@@ -30,10 +30,25 @@ struct EnvStepResult {
 
 // A demonstration file (robomimic/LIBERO HDF5) loaded into nexusd, which samples SFT batches
 // from it (Client::dataset_load, Client::dataset_sft_step).
+struct DatasetOptions {
+  std::uint64_t seed = 0;                 // nexusd's sampling order
+  std::vector<std::string> views;         // camera keys under obs/, in view order (empty: the layout's)
+  std::vector<std::string> state_keys;    // proprio keys under obs/, concatenated (empty: the layout's)
+  // Train on each action and state column's (x - mean) / std over the training demos; predict
+  // with the dataset's name to give state and get actions in the file's units.
+  bool normalize = false;
+  std::string instruction;                // for files that name none (robomimic's often do not)
+};
+
 struct DatasetInfo {
-  std::uint32_t episodes = 0;
-  std::uint64_t samples = 0;  // steps over all episodes
+  std::uint32_t episodes = 0, train_episodes = 0, valid_episodes = 0;  // valid: /mask/valid, held out
+  std::uint64_t samples = 0;  // steps over the training episodes
   std::int32_t state_dim = 0, action_dim = 0;
+  std::string layout;         // nexus, robomimic, libero, or named (keys given)
+  std::vector<std::string> views, state_keys;
+  std::int32_t source_image_size = 0;  // as stored; nexusd resized the views to the backbone's
+  bool normalized = false;
+  std::vector<float> action_mean, action_std, state_mean, state_std;  // when normalized
 };
 
 struct RlOptions {

@@ -15,6 +15,23 @@ DecodeError error(std::uint64_t id, wire::ErrorCode code, std::string reason) {
   return DecodeError{id, code, std::move(reason)};
 }
 
+// Checkpoint tags and dataset names: labels, never paths.
+bool label(const flatbuffers::String* s) {
+  const std::string_view t = s ? s->string_view() : std::string_view{};
+  return !t.empty() && t.size() <= 64 && t.find("..") == std::string_view::npos &&
+         t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+             std::string_view::npos;
+}
+
+// Dataset keys (views, state): at most 16 names, each present and 1-255 bytes; the reader
+// checks them against the file.
+bool key_list(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* keys) {
+  if (keys == nullptr) return true;
+  if (keys->size() > 16) return false;
+  return std::all_of(keys->begin(), keys->end(),
+                     [](const flatbuffers::String* k) { return k && k->size() >= 1 && k->size() <= 255; });
+}
+
 }  // namespace
 
 DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLimits& limits) {
@@ -106,11 +123,14 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
         case wire::Body::DatasetLoadRequest: tag = msg->body_as_DatasetLoadRequest()->name(); break;
         default: tag = msg->body_as_DatasetSftStepRequest()->name(); break;
       }
-      const std::string_view t = tag ? tag->string_view() : std::string_view{};
-      const bool ok = !t.empty() && t.size() <= 64 && t.find("..") == std::string_view::npos &&
-                      t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
-                          std::string_view::npos;
-      if (!ok) return error(id, wire::ErrorCode::BadMessage, "checkpoint tags and dataset names are 1-64 of [A-Za-z0-9._-]");
+      if (!label(tag)) return error(id, wire::ErrorCode::BadMessage, "checkpoint tags and dataset names are 1-64 of [A-Za-z0-9._-]");
+      if (msg->body_type() == wire::Body::DatasetLoadRequest) {
+        const auto* q = msg->body_as_DatasetLoadRequest();
+        if (!key_list(q->views()) || !key_list(q->state_keys()))
+          return error(id, wire::ErrorCode::BadMessage, "views and state_keys are at most 16 names of 1-255 bytes");
+        if (q->instruction() && q->instruction()->size() > 4096)
+          return error(id, wire::ErrorCode::BadMessage, "instruction over 4096 bytes");
+      }
       return req;
     }
     case wire::Body::SftStepRequest:
@@ -119,6 +139,8 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       const wire::Observation* obs =
           sft ? msg->body_as_SftStepRequest()->obs() : msg->body_as_PredictRequest()->obs();
       if (obs == nullptr) return error(id, wire::ErrorCode::BadMessage, "request without an observation");
+      if (!sft && msg->body_as_PredictRequest()->dataset() && !label(msg->body_as_PredictRequest()->dataset()))
+        return error(id, wire::ErrorCode::BadMessage, "dataset names are 1-64 of [A-Za-z0-9._-]");
       // Every tensor named must lie inside the arena; shapes are the model service's to judge.
       const std::pair<const wire::TensorRef*, const char*> refs[] = {
           {obs->images(), "images"}, {obs->tokens(), "tokens"}, {obs->token_mask(), "token_mask"},
