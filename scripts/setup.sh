@@ -17,7 +17,7 @@ packages=(
   libboost-dev libflatbuffers-dev flatbuffers-compiler libsystemd-dev catch2
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libmujoco-dev libosmesa6-dev libhdf5-dev hdf5-tools   # simulators, datasets (h5dump in tests)
-  python3 python3-venv python3-dev
+  python3 python3-venv python3-dev pybind11-dev   # pybind11: the Python client (python/)
   passwd procps util-linux                     # useradd/runuser for the access tests; pgrep
   tmux                                         # nexusctl top is tested in a real 80x24 terminal
   systemd                                      # systemd-analyze verify, systemd-socket-activate (tests)
@@ -67,6 +67,14 @@ cfg_log=$(mktemp)
 if ! (cd "$here" && cmake --preset "$preset" >"$cfg_log" 2>&1); then cat "$cfg_log" >&2; exit 1; fi
 rm -f "$cfg_log"
 (cd "$here" && cmake --build --preset "$preset") >&2
+# --- The Python client ---------------------------------------------------------------------------
+# `import nexus` in the venv: a .pth file puts this build's package folder on its path (the
+# package stays in the build tree; nothing is copied into the venv or the source tree).
+if [ -f "$here/build/$preset/python/nexus/__init__.py" ]; then
+  site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "$here/build/$preset/python" >"$site/nexus-build.pth"
+  log "Python client: import nexus in $venv (from build/$preset/python)"
+fi
 # --- The embedded backbone ----------------------------------------------------------------------
 # Its pretrained weights are committed (weights/backbone-tiny.safetensors, made by
 # scripts/pretrain.sh from the sources its recipe lists): every machine loads the same ones, and

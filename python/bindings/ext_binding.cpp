@@ -1,0 +1,100 @@
+// nexus._native.ExtConnection: the frames of the external-environment protocol (nexus.fbs,
+// ExtMessage) on one connected socket, for nexus.environment's server. The C++ side encodes and
+// verifies the FlatBuffers (schema/ext_frame.hpp, the same code nexusd and examples/external_env
+// use), so the Python SDK needs no flatbuffers package and cannot drift from the schema; the
+// Python side owns the socket and the simulator.
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "native.hpp"
+#include "schema/ext_frame.hpp"
+
+namespace nexus::python {
+namespace {
+
+class ExtConnection {
+ public:
+  explicit ExtConnection(int fd) : fd_(fd) {
+    if (fd < 0) throw py::value_error("ExtConnection needs a connected socket's file descriptor");
+  }
+
+  // ("open", task, image_size, max_steps) | ("reset", seed) | ("step", float32 array) |
+  // ("closed", why): the peer closed, the wait timed out, or the bytes were not a valid frame.
+  py::tuple recv(double timeout_s) {
+    const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
+    std::string why;
+    const wire::ExtMessage* m = nullptr;
+    {
+      py::gil_scoped_release release;
+      m = schema::recv_ext(fd_, timeout, buffer_, why);
+    }
+    if (!m) return py::make_tuple("closed", why);
+    switch (m->body_type()) {
+      case wire::ExtBody::ExtOpen: {
+        const auto* o = m->body_as_ExtOpen();
+        return py::make_tuple("open", o->task() ? o->task()->str() : "", o->image_size(), o->max_steps());
+      }
+      case wire::ExtBody::ExtReset:
+        return py::make_tuple("reset", m->body_as_ExtReset()->seed());
+      case wire::ExtBody::ExtStep: {
+        const auto* a = m->body_as_ExtStep()->action();
+        // Shape as a container: Debian's pybind11 2.10 built as C++20 gives array_t(count) a
+        // stride of 0 (every element reads the first), which a test caught.
+        py::array_t<float> action(std::vector<py::ssize_t>{a ? static_cast<py::ssize_t>(a->size()) : 0});
+        if (a && a->size() > 0) std::memcpy(action.mutable_data(), a->data(), a->size() * sizeof(float));
+        return py::make_tuple("step", action);
+      }
+      default:
+        return py::make_tuple("closed", std::string("unexpected message from nexusd"));
+    }
+  }
+
+  bool send_spec(int image_size, int state_dim, int action_dim, int max_steps, const std::string& error) {
+    flatbuffers::FlatBufferBuilder fbb(256);
+    auto body = wire::CreateExtSpec(fbb, image_size, state_dim, action_dim, max_steps,
+                                    error.empty() ? 0 : fbb.CreateString(error));
+    py::gil_scoped_release release;
+    return schema::send_ext(fd_, fbb, wire::ExtBody::ExtSpec, body.Union());
+  }
+
+  // image: uint8 [H, W, 3] (or None with an error); state: float32 [state_dim].
+  bool send_observation(double reward, bool done, bool success, py::object image, py::object state,
+                        const std::string& instruction, const std::string& error, bool bad_input) {
+    using Bytes = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>;
+    using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
+    Bytes img = image.is_none() ? Bytes(std::vector<py::ssize_t>{0}) : Bytes::ensure(image);
+    Floats st = state.is_none() ? Floats(std::vector<py::ssize_t>{0}) : Floats::ensure(state);
+    if (!img || !st) throw py::value_error("an observation's image is uint8 [H, W, 3] and its state floats");
+    flatbuffers::FlatBufferBuilder fbb(static_cast<std::size_t>(img.size()) + 1024);
+    auto body = wire::CreateExtObservation(
+        fbb, static_cast<float>(reward), done, success, fbb.CreateVector(img.data(), static_cast<std::size_t>(img.size())),
+        fbb.CreateVector(st.data(), static_cast<std::size_t>(st.size())), fbb.CreateString(instruction),
+        fbb.CreateString(error), bad_input);
+    py::gil_scoped_release release;
+    return schema::send_ext(fd_, fbb, wire::ExtBody::ExtObservation, body.Union());
+  }
+
+ private:
+  int fd_;
+  std::vector<std::uint8_t> buffer_;
+};
+
+}  // namespace
+
+void bind_ext(py::module_& m) {
+  py::class_<ExtConnection>(m, "ExtConnection", "External-environment frames on a connected socket (not owned).")
+      .def(py::init<int>(), py::arg("fd"))
+      .def("recv", &ExtConnection::recv, py::arg("timeout"))
+      .def("send_spec", &ExtConnection::send_spec, py::arg("image_size"), py::arg("state_dim"), py::arg("action_dim"),
+           py::arg("max_steps"), py::arg("error") = "")
+      .def("send_observation", &ExtConnection::send_observation, py::arg("reward"), py::arg("done"),
+           py::arg("success"), py::arg("image"), py::arg("state"), py::arg("instruction") = "",
+           py::arg("error") = "", py::arg("bad_input") = false);
+}
+
+}  // namespace nexus::python

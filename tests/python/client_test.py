@@ -1,0 +1,138 @@
+"""The Python client against a real nexusd: zero-copy arena views, typed errors, the model API,
+asyncio, lifetimes, and a Python tenant whose losses equal the C++ tenant's on the same seeds."""
+import asyncio
+import gc
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import nexus
+from harness import SOURCE, Daemon, check, finish, raises
+
+SFT_TENANT = os.environ["NEXUS_TEST_SFT_TENANT"]
+PY_SFT_TENANT = os.path.join(SOURCE, "examples", "python", "sft_tenant.py")
+
+
+def error_classes():
+    codes = nexus._native.error_codes()
+    check(len(codes) >= 30 and all(nexus.error_class(v).code == n for n, v in codes.items()),
+          "every ErrorCode of libnexus has its own nexus.Error subclass")
+    check(issubclass(nexus.Timeout, TimeoutError) and issubclass(nexus.ConnectFailed, ConnectionError)
+          and issubclass(nexus.BadBatch, nexus.Error), "error classes also derive from the matching built-ins")
+    raises(nexus.ConnectFailed, lambda: nexus.Client.attach("nobody", socket_path="/nonexistent/nexusd.sock"),
+           "attaching where no daemon listens")
+    raises(AttributeError, lambda: nexus.HeadSpec(knd="flow"), "a misspelt field in a spec")
+    raises(ValueError, lambda: nexus.Client.attach("x", timeout=-1), "a negative timeout")
+
+
+def zero_copy(c):
+    t = c.alloc("uint8", [1 << 16])
+    a = t.numpy()
+    a[:] = np.arange(a.size) % 251
+    first = c.digest(t)
+    check(first.fnv1a == nexus.fnv1a(a) and first.bytes == a.nbytes,
+          "nexusd's digest of the arena tensor equals the digest of numpy's bytes")
+    a[12345] ^= 0xFF
+    second = c.digest(t)
+    check(second.fnv1a == nexus.fnv1a(a) and second.fnv1a != first.fnv1a,
+          "a byte written through the numpy view is what nexusd reads in place (no copy)")
+    view = t.torch()
+    view[0] = 77
+    check(a[0] == 77 and c.digest(t).fnv1a == nexus.fnv1a(a), "the torch view writes the same arena bytes")
+    check(np.asarray(t).ctypes.data == a.ctypes.data == view.data_ptr(),
+          "buffer protocol, .numpy() and .torch() all point at the arena")
+    f = c.alloc(np.float32, [3, 4])
+    check(f.numpy().shape == (3, 4) and f.numpy().dtype == np.float32 and f.nbytes == 48, "dtype and shape")
+    b = c.alloc("bfloat16", [5])
+    check(b.numpy().dtype == np.uint16 and str(b.torch().dtype) == "torch.bfloat16", "bfloat16 views")
+    copy = c.from_numpy(np.arange(6, dtype=np.int64).reshape(2, 3))
+    check(copy.shape == (2, 3) and copy.numpy().tolist() == [[0, 1, 2], [3, 4, 5]], "from_numpy")
+    orphan = c.alloc("float32", [8]).numpy()  # the Tensor object is gone at once; its array keeps it
+    gc.collect()
+    orphan[:] = 1.5
+    check(orphan.sum() == 12.0, "an array outlives its Tensor object safely (it holds the tensor)")
+    raises(nexus.ArenaFull, lambda: c.alloc("uint8", [1 << 40]), "a tensor larger than the arena")
+    raises(ValueError, lambda: c.alloc("complex64", [2]), "a dtype nexus tensors do not have")
+
+
+def model_calls(c, other):
+    bb = c.backbone()
+    n, h, t = 4, bb.image_size, bb.max_tokens
+    images, tokens, mask = c.alloc("uint8", [n, 1, h, h, 3]), c.alloc("int32", [n, t]), c.alloc("uint8", [n, t])
+    actions = c.alloc("float32", [n, 4, 2])
+    scenes = nexus.synth.SceneGenerator(11, image_size=h)
+    for i in range(n):
+        s = scenes.next()
+        images.numpy()[i, 0] = s.image
+        nexus.tokenize(s.instruction, tokens, mask, i)
+        actions.numpy()[i] = nexus.synth.reach_actions(s, 4)
+    raises(nexus.NotRegistered, lambda: c.sft_step(images, tokens, mask, actions), "an SFT step before register")
+    spec = nexus.TenantSpec(seed=5, head=nexus.HeadSpec(kind="mlp_chunk", chunk=4, action_dim=2))
+    info = c.register(spec)
+    check(info.image_size == h and info.max_tokens == t, f"register answers the backbone's geometry: {info}")
+    r = c.sft_step(images, tokens, mask, actions)
+    check(r.step == 1 and r.loss > 0 and r.grad_norm > 0, f"an SFT step: {r}")
+    r2 = asyncio.run(_awaited(c, images, tokens, mask, actions))
+    check(r2.step == 2, "a future is awaitable in asyncio")
+    actions.numpy()[0, 0, 0] = np.nan
+    e = raises(nexus.BadBatch, lambda: c.sft_step(images, tokens, mask, actions), "NaN actions")
+    check(e is not None and isinstance(e, ValueError) and e.value == 19, "BadBatch carries its code's number")
+    actions.numpy()[0, 0, 0] = 0.0
+    tokens.numpy()[0, 0] = 1 << 20
+    raises(nexus.BadBatch, lambda: c.sft_step(images, tokens, mask, actions), "a token id out of the vocabulary")
+    nexus.tokenize("reach the red ball", tokens, mask, 0)
+    stranger = other.alloc("float32", [n, 4, 2])
+    raises(ValueError, lambda: c.sft_step(images, tokens, mask, stranger), "a tensor of another client's arena")
+    p = c.predict(images, tokens, mask)
+    check(p.shape == (n, 4, 2) and p.dtype == np.float32 and np.isfinite(p).all(), "predict returns [n, chunk, 2]")
+    version = c.publish()
+    check(np.array_equal(c.predict(images, tokens, mask, version=version), p), "a published version predicts as the head did")
+    raises(nexus.UnknownVersion, lambda: c.predict(images, tokens, mask, version=version + 7), "an unpublished version")
+    before = c.slot_digest()
+    step = c.save("py-tag")
+    c.sft_step(images, tokens, mask, actions)
+    check(c.slot_digest() != before, "a step changes the slot digest")
+    check(c.load("py-tag") == step and c.slot_digest() == before, "save and load restore the slot exactly")
+    names = [x.name for x in nexus.query_status(c_socket).tenants]
+    check("py-alice" in names, f"nexusd's status lists the Python tenant: {names}")
+
+
+async def _awaited(c, images, tokens, mask, actions):
+    return await c.sft_step_async(images, tokens, mask, actions)
+
+
+def run_json(argv):
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        print(out.stderr[-3000:], flush=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def same_losses_as_cpp(socket):
+    common = ["-s", socket, "--steps", "40", "--batch", "8", "--seed", "3", "--heldout", "32", "--report-every", "0",
+              "--trajectory"]
+    cpp = run_json([SFT_TENANT, "-t", "cpp-bob", *common])
+    py = run_json([sys.executable, PY_SFT_TENANT, "-t", "py-bob", *common])
+    check(len(py["losses"]) == 40 and py["losses"] == cpp["losses"],
+          "the Python tenant's 40 losses equal the C++ tenant's on the same seeds, bit for bit")
+    check(py["last_loss"] < py["first_loss"], f"its loss falls: {py['first_loss']:.4f} -> {py['last_loss']:.4f}")
+    check(abs(py["heldout_l1"] - cpp["heldout_l1"]) <= 1e-6 * max(1.0, cpp["heldout_l1"]),
+          f"and its held-out error is the C++ one: {py['heldout_l1']:.6f} vs {cpp['heldout_l1']:.6f}")
+    piped = run_json([sys.executable, PY_SFT_TENANT, "-t", "py-carol", *common, "--pipeline", "3"])
+    check(piped["losses"] == cpp["losses"], "with 3 requests in flight, the same losses")
+
+
+error_classes()
+with Daemon() as d:
+    c_socket = d.socket
+    with nexus.Client.attach("py-alice", socket_path=d.socket) as c, \
+            nexus.Client.attach("py-mallory", socket_path=d.socket) as other:
+        zero_copy(c)
+        model_calls(c, other)
+    check(c.closed, "the with block closed the client")
+    raises(ValueError, lambda: c.publish(), "a call on a closed client")
+    same_losses_as_cpp(d.socket)
+finish()
