@@ -11,10 +11,14 @@ namespace nexus::daemon {
 namespace {
 
 // Submits and waits: the result, or a Failure (the service answers every request it takes).
-model::Result call(model::ModelService& model, model::Request m) {
+// While it waits, the loop's heartbeat is not expected: the time is the model service's (queued
+// behind other tenants' work on a busy box), and a loop restarted then would redo a step the
+// service was already running (a fresh root saw step 21 of a 20-step job).
+model::Result call(model::ModelService& model, model::Request m, Role* role) {
   auto p = std::make_shared<std::promise<model::Result>>();
   auto f = p->get_future();
   m.done = [p](model::Result r) { p->set_value(std::move(r)); };
+  RoleIdle waiting(role);
   model.submit(std::move(m));
   return f.get();
 }
@@ -57,7 +61,7 @@ void JobRegistry::run_sft(Job& job, std::uint64_t generation) {
     } catch (const std::exception& e) {
       return finish(job, "failed", e.what());
     }
-    const auto r = call(model_, sampled_sft_request(tenant, std::move(batch), nullptr));
+    const auto r = call(model_, sampled_sft_request(tenant, std::move(batch), nullptr), job.role.get());
     if (superseded(job, generation)) return;
     if (const auto why = failure_of(r); !why.empty()) return finish(job, "failed", why);
     std::lock_guard lk(job.mu);
@@ -73,7 +77,7 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
   model::Request digest;
   digest.tenant = tenant;
   digest.op = model::op::Digest{};
-  const auto d = call(model_, std::move(digest));
+  const auto d = call(model_, std::move(digest), job.role.get());
   if (const auto why = failure_of(d); !why.empty()) return finish(job, "failed", why);
   const std::uint64_t version = e.version ? e.version : std::get<model::SlotDigest>(d).latest_version;
   if (version == 0) return finish(job, "failed", "no published version: publish one (evaluation never reads the live head)");
@@ -135,7 +139,7 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
     if (buf->state_dim > 0) p.obs.state = {buf->state.data(), model::DType::Float32, {n, buf->state_dim}};
     predict.op = std::move(p);
     predict.keepalive = buf;
-    const auto r = call(model_, std::move(predict));
+    const auto r = call(model_, std::move(predict), job.role.get());
     if (const auto why = failure_of(r); !why.empty()) return finish(job, "failed", why);
     const auto& pred = std::get<model::Predicted>(r);
     const auto per_row = static_cast<std::size_t>(pred.shape[1] * pred.shape[2]);  // chunk x action_dim

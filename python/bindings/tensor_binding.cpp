@@ -89,9 +89,10 @@ void bind_tensor(py::module_& m) {
       .def("numpy", &as_numpy, "A numpy view of the arena bytes (no copy; bfloat16 shows as uint16).")
       .def("torch", [](py::object self) {
         py::object torch = py::module_::import("torch");
-        py::object view = torch.attr("from_numpy")(as_numpy(self));
-        if (self.cast<PyTensor&>().tensor.dtype() == DType::BFloat16) view = view.attr("view")(torch.attr("bfloat16"));
-        return view;
+        py::object array = as_numpy(self);
+        if (self.cast<PyTensor&>().tensor.dtype() != DType::BFloat16) return torch.attr("from_numpy")(array);
+        // bfloat16's bits go through int16 (torch 1.13, Debian's, has no uint16), then are re-viewed.
+        return torch.attr("from_numpy")(array.attr("view")(py::dtype("int16"))).attr("view")(torch.attr("bfloat16"));
       }, "A torch tensor over the arena bytes (no copy).")
       .def("__len__", [](const PyTensor& p) { return p.tensor.shape().empty() ? 0 : p.tensor.shape()[0]; })
       .def("__repr__", [](const PyTensor& p) {

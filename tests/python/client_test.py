@@ -13,7 +13,10 @@ import nexus
 from harness import SOURCE, Daemon, check, finish, raises
 
 SFT_TENANT = os.environ["NEXUS_TEST_SFT_TENANT"]
-PY_SFT_TENANT = os.path.join(SOURCE, "examples", "python", "sft_tenant.py")
+SFT_DEMOS_TENANT = os.environ["NEXUS_TEST_SFT_DEMOS_TENANT"]
+NEXUSCTL = os.environ["NEXUS_TEST_NEXUSCTL"]
+PY_EXAMPLES = os.path.join(SOURCE, "examples", "python")
+PY_SFT_TENANT = os.path.join(PY_EXAMPLES, "sft_tenant.py")
 
 
 def error_classes():
@@ -125,6 +128,25 @@ def same_losses_as_cpp(socket):
     check(piped["losses"] == cpp["losses"], "with 3 requests in flight, the same losses")
 
 
+def demos_like_cpp(socket, workdir):
+    demos = os.path.join(workdir, "reach.hdf5")
+    subprocess.run([NEXUSCTL, "dataset", "record", "--task", "reach", "--episodes", "6", "--out", demos],
+                   check=True, capture_output=True, timeout=300)
+    common = ["-s", socket, "--dataset", demos, "--steps", "30", "--batch", "16", "--seed", "4", "--report-every", "0"]
+    cpp = run_json([SFT_DEMOS_TENANT, "-t", "cpp-dora", *common])
+    py = run_json([sys.executable, os.path.join(PY_EXAMPLES, "sft_demos_tenant.py"), "-t", "py-dora", *common])
+    check(py["samples"] == cpp["samples"] > 0 and py["state_dim"] == cpp["state_dim"] and py["views"] == cpp["views"],
+          f"the Python demos tenant loads the file as the C++ one: {py['samples']} samples, state_dim {py['state_dim']}")
+    check(abs(py["first_loss"] - cpp["first_loss"]) < 1e-6 and abs(py["last_loss"] - cpp["last_loss"]) < 1e-6,
+          f"and its losses are the C++ tenant's: {py['first_loss']:.6f} -> {py['last_loss']:.6f}")
+    bad = os.path.join(workdir, "not-hdf5.hdf5")
+    with open(bad, "wb") as f:
+        f.write(b"\x89HDF\r\n\x1a\n" + os.urandom(4096))
+    refused = run_json([sys.executable, os.path.join(PY_EXAMPLES, "sft_demos_tenant.py"), "-t", "py-dora",
+                        "-s", socket, "--dataset", bad, "--steps", "1"])
+    check(refused.get("error") == "BadDataset", f"a file that is not a demonstration file: {refused}")
+
+
 error_classes()
 with Daemon() as d:
     c_socket = d.socket
@@ -135,4 +157,5 @@ with Daemon() as d:
     check(c.closed, "the with block closed the client")
     raises(ValueError, lambda: c.publish(), "a call on a closed client")
     same_losses_as_cpp(d.socket)
+    demos_like_cpp(d.socket, d.dir)
 finish()

@@ -1,16 +1,17 @@
 """A simulator written in Python (examples/python/point_env.py, gymnasium's Env API) served
 through nexus.environment: nexusd opens its sessions as an external environment, a tenant steps
 them, and an RL job in nexusd trains on them."""
+import json
 import os
+import subprocess
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 import nexus
 import nexus.environment
-from harness import SOURCE, Daemon, check, finish
+from harness import SOURCE, Daemon, check, finish, raises
 
 sys.path.insert(0, os.path.join(SOURCE, "examples", "python"))
 import point_env  # noqa: E402
@@ -41,21 +42,24 @@ with Daemon("--external-env", f"py={sim_socket}") as d:
               f"state {state.numpy()[0]} vs {expected['state']}")
         check(r.errors[1] != "" and not r.failed[1], f"a NaN action is refused as the caller's: {r.errors[1]!r}")
         check(c.env_close(envs.ids) == 2, "both sessions close")
+        e = raises(nexus.EnvFailed, lambda: c.env_open("py:nosuch", 1), "a task the simulator does not serve")
+        check(e is not None and "nosuch" in str(e), "the refusal carries the simulator's reason")
 
-        c.register(nexus.TenantSpec(seed=2, head=nexus.HeadSpec(kind="gaussian", state_dim=4, action_dim=2, chunk=1)))
-        served_before = server.steps.value
-        first = c.rl_start(nexus.RlOptions(algorithm="ppo", task="py:point", sessions=4, horizon=16, iterations=4,
-                                           minibatch=64, seed=3))
-        deadline = time.monotonic() + 300
-        status = c.rl_status()
-        while status.state == "running" and time.monotonic() < deadline:
-            time.sleep(0.5)
-            status = c.rl_status()
-        print(f"rl job: {status}", flush=True)
-        check(status.state == "done" and status.iterations == 4, "the PPO job on the Python simulator ran its 4 updates")
-        check(status.env_steps >= 4 * 4 * 16 and server.steps.value - served_before >= status.env_steps,
-              f"every env step it counted was served by the Python simulator "
-              f"({status.env_steps} counted, {server.steps.value - served_before} served)")
-        check(status.episodes > 0 and status.version > first, "it finished episodes and published new versions")
+    # The RL job through examples/python/rl_tenant.py, in its own process.
+    served_before = server.steps.value
+    run = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "rl_tenant.py"), "-s", d.socket,
+                          "-t", "py-rl-job", "--task", "py:point", "--sessions", "4", "--horizon", "16",
+                          "--iterations", "4", "--seed", "3", "--report-every", "0"],
+                         capture_output=True, text=True, timeout=300)
+    print(run.stderr[-2000:], flush=True)
+    status = json.loads(run.stdout.strip().splitlines()[-1])
+    print(f"rl job: {status}", flush=True)
+    check(run.returncode == 0 and status["state"] == "done" and status["iterations"] == 4,
+          "rl_tenant.py's PPO job on the Python simulator ran its 4 updates")
+    served = server.steps.value - served_before
+    check(status["env_steps"] >= 4 * 4 * 16 and served >= status["env_steps"],
+          f"every env step it counted was served by the Python simulator ({status['env_steps']} counted, {served} served)")
+    check(status["episodes"] > 0 and status["version"] > status["first_version"],
+          "it finished episodes and published new versions")
 server.close()
 finish()

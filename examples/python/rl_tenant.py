@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""rl_tenant.py: examples/rl_tenant in Python. Registers a gaussian head and asks nexusd for an
+RL job (PPO or GRPO on a built-in task, or "NAME:task" of an external simulator such as
+point_env.py): the daemon runs the rollouts and the updates; this prints progress and one JSON line.
+
+    python examples/python/rl_tenant.py -s /tmp/nexus.sock -t dana --algorithm ppo --task reach --iterations 100
+"""
+import argparse
+import json
+import sys
+import time
+
+import nexus
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("-s", "--socket", default="/run/nexus/nexusd.sock")
+    p.add_argument("-t", "--tenant", required=True)
+    p.add_argument("--algorithm", default="ppo", choices=["ppo", "grpo"])
+    p.add_argument("--task", default="reach")
+    p.add_argument("--iterations", type=int, default=50)
+    p.add_argument("--sessions", type=int, default=16)
+    p.add_argument("--horizon", type=int, default=32)
+    p.add_argument("--group-size", type=int, default=8)
+    p.add_argument("--max-staleness", type=int, default=2)
+    p.add_argument("--state-dim", type=int, default=4, help="the task's state size (4 for the built-in tasks)")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--report-every", type=float, default=2.0, help="seconds between progress lines (0: none)")
+    a = p.parse_args()
+    options = nexus.RlOptions(algorithm=a.algorithm, task=a.task, iterations=a.iterations, sessions=a.sessions,
+                              horizon=a.horizon, group_size=a.group_size, max_staleness=a.max_staleness, seed=a.seed)
+    try:
+        with nexus.Client.attach(a.tenant, socket_path=a.socket, timeout=60.0) as c:
+            c.register(nexus.TenantSpec(seed=a.seed, optimizer=nexus.OptimizerSpec(lr=a.lr),
+                                        head=nexus.HeadSpec(kind="gaussian", state_dim=a.state_dim, action_dim=2,
+                                                            chunk=1)))
+            first = c.rl_start(options)
+            last_report = time.monotonic()
+            while True:
+                time.sleep(1.0)
+                s = c.rl_status()
+                if s.state == "running" and (not a.report_every or time.monotonic() - last_report < a.report_every):
+                    continue
+                last_report = time.monotonic()
+                print(f"[{a.tenant}] {a.algorithm} {a.task} it {s.iterations}/{a.iterations} v{s.version}  "
+                      f"{s.env_steps / max(s.seconds, 1e-9):.0f} steps/s  success {s.recent_success:.2f}  "
+                      f"return {s.recent_return:.2f}  loss {s.policy_loss:.4f}", file=sys.stderr)
+                if s.state != "running":
+                    break
+            print(json.dumps({"tenant": a.tenant, "algorithm": a.algorithm, "task": a.task, "state": s.state,
+                              "error": s.error, "iterations": s.iterations, "first_version": first,
+                              "version": s.version, "env_steps": s.env_steps, "episodes": s.episodes,
+                              "recent_success": s.recent_success, "recent_return": s.recent_return,
+                              "records_dropped": s.records_dropped, "seconds": s.seconds}))
+            return 0 if s.state == "done" else 1
+    except nexus.Error as e:
+        print(f"rl_tenant.py {a.tenant}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
