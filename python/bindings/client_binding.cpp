@@ -90,6 +90,15 @@ class PyClient {
   std::shared_ptr<Session> session_;
 };
 
+// Runs f(Client&) without the GIL. The session is copied first, with the GIL held: a close()
+// on another thread then cannot end the attachment under the call.
+template <class F>
+auto unlocked(const PyClient& self, F&& f) {
+  const std::shared_ptr<Session> session = self.session();
+  py::gil_scoped_release release;
+  return f(*session->client);
+}
+
 std::shared_ptr<PyTensor> wrap(const PyClient& c, Tensor t) {
   return std::make_shared<PyTensor>(PyTensor{c.session(), std::move(t)});
 }
@@ -118,45 +127,40 @@ DigestResult same_digest(DigestResult r) { return r; }
 void bind_model_calls(py::class_<PyClient>& c) {
   using T = const PyTensor&;
   c.def("register", [](PyClient& self, const TenantSpec& spec) {
-     py::gil_scoped_release release;
-     return self.client().register_tenant(spec);
+     return unlocked(self, [&](Client& c) { return c.register_tenant(spec); });
    }, py::arg("spec"), "Creates (or replaces) this tenant's slot: head, optimizer, views.")
-      .def("backbone", [](PyClient& self) { return self.client().backbone(); },
-           py::call_guard<py::gil_scoped_release>())
+      .def("backbone", [](PyClient& self) { return unlocked(self, [&](Client& c) { return c.backbone(); }); })
       .def("sft_step_async", [](PyClient& self, py::object images, py::object tokens, py::object mask,
                                 py::object actions, py::object state) {
         const PyTensor* st = state.is_none() ? nullptr : &state.cast<PyTensor&>();
         const auto obs = self.observation(images.cast<T>(), tokens.cast<T>(), mask.cast<T>(), st);
         const Tensor& a = self.mine(actions.cast<T>(), "actions");
-        auto f = self.client().sft_step_async(obs, a);
+        auto f = unlocked(self, [&](Client& c) { return c.sft_step_async(obs, a); });
         return std::make_shared<PyFuture<SftResult>>(self.session(), f, py::make_tuple(images, tokens, mask, actions, state));
       }, py::arg("images"), py::arg("tokens"), py::arg("token_mask"), py::arg("actions"), py::arg("state") = py::none())
       .def("predict_async", [](PyClient& self, py::object images, py::object tokens, py::object mask,
                                py::object state, std::uint64_t version, const std::string& dataset) {
         const PyTensor* st = state.is_none() ? nullptr : &state.cast<PyTensor&>();
         const auto obs = self.observation(images.cast<T>(), tokens.cast<T>(), mask.cast<T>(), st);
-        auto f = self.client().predict_async(obs, version, dataset);
+        auto f = unlocked(self, [&](Client& c) { return c.predict_async(obs, version, dataset); });
         return std::make_shared<PyFuture<Prediction>>(self.session(), f, py::make_tuple(images, tokens, mask, state));
       }, py::arg("images"), py::arg("tokens"), py::arg("token_mask"), py::arg("state") = py::none(),
          py::arg("version") = 0, py::arg("dataset") = "")
-      .def("publish", [](PyClient& self) { return self.client().publish(); }, py::call_guard<py::gil_scoped_release>())
-      .def("slot_digest", [](PyClient& self) { return self.client().slot_digest(); },
-           py::call_guard<py::gil_scoped_release>())
-      .def("save", [](PyClient& self, const std::string& tag) { return self.client().save(tag); },
-           py::call_guard<py::gil_scoped_release>(), py::arg("tag"))
-      .def("load", [](PyClient& self, const std::string& tag) { return self.client().load(tag); },
-           py::call_guard<py::gil_scoped_release>(), py::arg("tag"))
+      .def("publish", [](PyClient& self) { return unlocked(self, [&](Client& c) { return c.publish(); }); })
+      .def("slot_digest", [](PyClient& self) { return unlocked(self, [&](Client& c) { return c.slot_digest(); }); })
+      .def("save", [](PyClient& self, const std::string& tag) { return unlocked(self, [&](Client& c) { return c.save(tag); }); }, py::arg("tag"))
+      .def("load", [](PyClient& self, const std::string& tag) { return unlocked(self, [&](Client& c) { return c.load(tag); }); }, py::arg("tag"))
       .def("digest_async", [](PyClient& self, py::object t) {
-        auto f = self.client().digest_async(self.mine(t.cast<T>(), "tensor"));
+        const Tensor& tensor = self.mine(t.cast<T>(), "tensor");
+        auto f = unlocked(self, [&](Client& c) { return c.digest_async(tensor); });
         return std::make_shared<PyFuture<DigestResult>>(self.session(), f, py::make_tuple(t));
       }, py::arg("tensor"), "FNV-1a of the tensor's bytes as nexusd reads them in place.")
       .def("ping", [](PyClient& self, py::bytes payload) {
         const std::string bytes = payload;
         std::vector<std::uint8_t> echo;
-        {
-          py::gil_scoped_release release;
-          echo = self.client().ping({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
-        }
+        echo = unlocked(self, [&](Client& c) {
+          return c.ping({reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size()});
+        });
         return py::bytes(reinterpret_cast<const char*>(echo.data()), echo.size());
       }, py::arg("payload"));
 }
@@ -167,46 +171,37 @@ void bind_env_calls(py::class_<PyClient>& c) {
                            std::vector<std::string> views, std::vector<std::string> state_keys, bool normalize,
                            const std::string& instruction) {
      DatasetOptions o{seed, std::move(views), std::move(state_keys), normalize, instruction};
-     py::gil_scoped_release release;
-     return self.client().dataset_load(name, path, o);
+     return unlocked(self, [&](Client& c) { return c.dataset_load(name, path, o); });
    }, py::arg("name"), py::arg("path"), py::arg("seed") = 0, py::arg("views") = std::vector<std::string>{},
       py::arg("state_keys") = std::vector<std::string>{}, py::arg("normalize") = false, py::arg("instruction") = "",
       "Opens `path` here, with your permissions, and hands nexusd the open file.")
       .def("dataset_sft_step_async", [](PyClient& self, const std::string& name, std::int32_t batch, std::int32_t chunk) {
-        auto f = self.client().dataset_sft_step_async(name, batch, chunk);
+        auto f = unlocked(self, [&](Client& c) { return c.dataset_sft_step_async(name, batch, chunk); });
         return std::make_shared<PyFuture<SftResult>>(self.session(), f, py::tuple());
       }, py::arg("name"), py::arg("batch"), py::arg("chunk") = 1)
       .def("env_open", [](PyClient& self, const std::string& task, std::int32_t count, std::int32_t max_steps) {
-        return self.client().env_open(task, count, max_steps);
-      }, py::call_guard<py::gil_scoped_release>(), py::arg("task"), py::arg("count"), py::arg("max_steps") = 0)
+        return unlocked(self, [&](Client& c) { return c.env_open(task, count, max_steps); });
+      }, py::arg("task"), py::arg("count"), py::arg("max_steps") = 0)
       .def("env_reset", [](PyClient& self, std::vector<std::uint64_t> ids, std::vector<std::uint64_t> seeds,
                            T images, T state) {
         const Tensor& i = self.mine(images, "images");
         const Tensor& s = self.mine(state, "state");
-        py::gil_scoped_release release;
-        return self.client().env_reset(ids, seeds, i, s);
+        return unlocked(self, [&](Client& c) { return c.env_reset(ids, seeds, i, s); });
       }, py::arg("ids"), py::arg("seeds"), py::arg("images"), py::arg("state"))
       .def("env_step", [](PyClient& self, std::vector<std::uint64_t> ids,
                           py::array_t<float, py::array::c_style | py::array::forcecast> actions, T images, T state) {
         const Tensor& i = self.mine(images, "images");
         const Tensor& s = self.mine(state, "state");
         const std::vector<float> a(actions.data(), actions.data() + actions.size());
-        py::gil_scoped_release release;
-        return self.client().env_step(ids, a, i, s);
+        return unlocked(self, [&](Client& c) { return c.env_step(ids, a, i, s); });
       }, py::arg("ids"), py::arg("actions"), py::arg("images"), py::arg("state"))
-      .def("env_close", [](PyClient& self, std::vector<std::uint64_t> ids) { return self.client().env_close(ids); },
-           py::call_guard<py::gil_scoped_release>(), py::arg("ids"))
-      .def("rl_start", [](PyClient& self, const RlOptions& o) { return self.client().rl_start(o); },
-           py::call_guard<py::gil_scoped_release>(), py::arg("options"))
-      .def("rl_status", [](PyClient& self, bool stop) { return self.client().rl_status(stop); },
-           py::call_guard<py::gil_scoped_release>(), py::arg("stop") = false)
-      .def("job_start", [](PyClient& self, const JobSpec& s) { return self.client().job_start(s); },
-           py::call_guard<py::gil_scoped_release>(), py::arg("spec"))
-      .def("job", [](PyClient& self, std::uint64_t id) { return self.client().job(id); },
-           py::call_guard<py::gil_scoped_release>(), py::arg("id"))
-      .def("jobs", [](PyClient& self) { return self.client().jobs(); }, py::call_guard<py::gil_scoped_release>())
-      .def("job_cancel", [](PyClient& self, std::uint64_t id) { return self.client().job_cancel(id); },
-           py::call_guard<py::gil_scoped_release>(), py::arg("id"));
+      .def("env_close", [](PyClient& self, std::vector<std::uint64_t> ids) { return unlocked(self, [&](Client& c) { return c.env_close(ids); }); }, py::arg("ids"))
+      .def("rl_start", [](PyClient& self, const RlOptions& o) { return unlocked(self, [&](Client& c) { return c.rl_start(o); }); }, py::arg("options"))
+      .def("rl_status", [](PyClient& self, bool stop) { return unlocked(self, [&](Client& c) { return c.rl_status(stop); }); }, py::arg("stop") = false)
+      .def("job_start", [](PyClient& self, const JobSpec& s) { return unlocked(self, [&](Client& c) { return c.job_start(s); }); }, py::arg("spec"))
+      .def("job", [](PyClient& self, std::uint64_t id) { return unlocked(self, [&](Client& c) { return c.job(id); }); }, py::arg("id"))
+      .def("jobs", [](PyClient& self) { return unlocked(self, [&](Client& c) { return c.jobs(); }); })
+      .def("job_cancel", [](PyClient& self, std::uint64_t id) { return unlocked(self, [&](Client& c) { return c.job_cancel(id); }); }, py::arg("id"));
 }
 
 }  // namespace

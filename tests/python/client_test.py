@@ -6,6 +6,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 
@@ -103,6 +105,31 @@ def model_calls(c, other):
     check("py-alice" in names, f"nexusd's status lists the Python tenant: {names}")
 
 
+def close_under_calls(socket):
+    """close() on one thread while another is in calls: the calls finish or say the client is
+    closed; nothing touches a detached attachment (the process would crash)."""
+    c = nexus.Client.attach("py-closer", socket_path=socket)
+    outcomes = []
+
+    def caller():
+        for _ in range(3000):
+            try:
+                c.ping(b"x" * 64)
+                outcomes.append("ok")
+            except ValueError:
+                outcomes.append("closed")
+                return
+
+    t = threading.Thread(target=caller)
+    t.start()
+    while len(outcomes) < 50:
+        time.sleep(0.001)
+    c.close()
+    t.join(60)
+    check(not t.is_alive() and outcomes[-1] in ("ok", "closed") and "ok" in outcomes,
+          f"close() during another thread's calls: {outcomes.count('ok')} answered, then {outcomes[-1]}")
+
+
 async def _awaited(c, images, tokens, mask, actions):
     return await c.sft_step_async(images, tokens, mask, actions)
 
@@ -156,6 +183,7 @@ with Daemon() as d:
         model_calls(c, other)
     check(c.closed, "the with block closed the client")
     raises(ValueError, lambda: c.publish(), "a call on a closed client")
+    close_under_calls(d.socket)
     same_losses_as_cpp(d.socket)
     demos_like_cpp(d.socket, d.dir)
 finish()
