@@ -14,13 +14,6 @@
 namespace nexus::python {
 namespace {
 
-using Seconds = std::chrono::duration<double>;
-
-std::chrono::milliseconds millis(double seconds) {
-  if (!(seconds > 0) || seconds > 1e7) throw py::value_error("a timeout is a positive number of seconds");
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Seconds(seconds));
-}
-
 // A reply that may not have arrived. Holds the request's input tensors until it has (the
 // daemon reads them in place: freeing one early would let the arena reuse its bytes), and
 // the session, which the underlying nexus::Future must not outlive.
@@ -41,7 +34,7 @@ struct PyFuture {
   T result(std::optional<double> timeout) {
     py::gil_scoped_release release;
     std::lock_guard lock(mutex);
-    if (!value) value = future.get(timeout ? std::optional(millis(*timeout)) : std::nullopt);
+    if (!value) value = future.get(timeout ? std::optional(timeout_of(*timeout)) : std::nullopt);
     return *value;
   }
 };
@@ -116,13 +109,15 @@ ClientOptions client_options(const std::string& tenant, const std::string& socke
   else if (wait == "spin") o.wait = WaitMode::Spin;
   else if (wait == "block") o.wait = WaitMode::Block;
   else throw py::value_error("wait is adaptive, spin or block");
-  o.timeout = millis(timeout);
+  o.timeout = timeout_of(timeout);
   o.block_when_full = block_when_full;
   return o;
 }
 
-SftResult same(SftResult r) { return r; }
-DigestResult same_digest(DigestResult r) { return r; }
+template <class T>
+T as_is(T r) {
+  return r;
+}
 
 void bind_model_calls(py::class_<PyClient>& c) {
   using T = const PyTensor&;
@@ -208,9 +203,9 @@ void bind_env_calls(py::class_<PyClient>& c) {
 
 void bind_client(py::module_& m) {
   bind_tensor(m);
-  bind_future<SftResult>(m, "SftFuture", &same);
+  bind_future<SftResult>(m, "SftFuture", &as_is<SftResult>);
   bind_future<Prediction, py::array_t<float>>(m, "PredictionFuture", &prediction_array);
-  bind_future<DigestResult>(m, "DigestFuture", &same_digest);
+  bind_future<DigestResult>(m, "DigestFuture", &as_is<DigestResult>);
 
   py::class_<PyClient> c(m, "Client", "A tenant's attachment to nexusd (Client.attach).");
   c.def_static("attach", [](const std::string& tenant, const std::string& socket_path, std::uint32_t ring_bytes,

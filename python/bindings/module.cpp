@@ -14,13 +14,6 @@
 namespace nexus::python {
 namespace {
 
-using Seconds = std::chrono::duration<double>;
-
-std::chrono::milliseconds timeout_of(double seconds) {
-  if (!(seconds > 0) || seconds > 1e7) throw py::value_error("a timeout is a positive number of seconds");
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Seconds(seconds));
-}
-
 // nexus::Error -> the nexus.errors class for its code, carrying the code's number and the
 // sentence libnexus wrote. The classes are Python (errors.py) so that users can subclass-match
 // them and type checkers see them.
@@ -78,6 +71,11 @@ void bind_synth(py::module_& m) {
 }
 
 }  // namespace
+
+std::chrono::milliseconds timeout_of(double seconds) {
+  if (!(seconds > 0) || seconds > 1e7) throw py::value_error("a timeout is a positive number of seconds");
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds));
+}
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "libnexus for Python (the nexus package wraps this module).";

@@ -12,6 +12,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <chrono>
 #include <memory>
 
 #include "nexus/client.hpp"
@@ -36,6 +37,9 @@ void bind_tensor(py::module_& m);
 void bind_client(py::module_& m);
 // Binds ExtConnection, the external-environment frames (ext_binding.cpp).
 void bind_ext(py::module_& m);
+
+// A timeout given in seconds (a positive number, else ValueError), as libnexus takes it.
+std::chrono::milliseconds timeout_of(double seconds);
 
 // numpy's dtype for a wire dtype (bfloat16 as uint16: numpy has none) and back by name.
 py::dtype numpy_dtype(DType dtype);
