@@ -44,6 +44,8 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.jobs.heartbeat = c.job_heartbeat;
   m.faults.insert(c.inject_faults.begin(), c.inject_faults.end());
   m.jobs.inject_hang = m.faults.count("job-hang") > 0;
+  m.jobs.inject_rl_throw = m.faults.count("rl-rollout-throw") > 0;
+  m.jobs.inject_rl_hang = m.faults.count("rl-rollout-hang") > 0;
   m.request_bytes_per_tenant = c.request_bytes_per_tenant;
   m.record_timeline = !c.timeline_path.empty();
   return m;
@@ -95,8 +97,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-request-gflop", max_request_gflop, "per-request cost budget ([model] max_request_gflop)");
   app.add_option("--timeline", timeline, "at exit, write every service's busy intervals as CSV (nexus-bench workload)");
   app.add_flag("--version", version, "print the version and exit");
-  app.add_option("--inject-fault", inject_faults, "tests only: env-worker-throw, job-hang")
-      ->check(CLI::IsMember({"env-worker-throw", "job-hang"}));
+  app.add_option("--inject-fault", inject_faults,
+                 "tests only: env-worker-throw, job-hang, rl-rollout-throw, rl-rollout-hang, executor-throw")
+      ->check(CLI::IsMember({"env-worker-throw", "job-hang", "rl-rollout-throw", "rl-rollout-hang", "executor-throw"}));
   app.add_flag("--check-config", check_config, "check the configuration (file and flags), print what it resolves to, and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {

@@ -71,8 +71,8 @@ JobInfo JobRegistry::info_of(const Job& job) {
   return i;
 }
 
-std::uint64_t JobRegistry::add(std::unique_ptr<Job> job) {
-  const auto id = next_id_++;
+std::uint64_t JobRegistry::add(std::unique_ptr<Job> job, std::uint64_t id) {
+  if (id == 0) id = next_id_++;
   job->info.id = id;
   if (gone_.count(job->info.tenant)) {  // its tenant left while the job was being set up
     job->cancelled = true;
@@ -109,10 +109,22 @@ std::variant<std::uint64_t, JobRefused> JobRegistry::start(const std::string& te
   Job& j = *job;
   const auto id = add(std::move(job));
   if (health_)  // a silent loop is restarted: SFT continues from its last step, an evaluation starts over
-    j.role = health_->add("job-" + std::to_string(id), limits_.heartbeat, [this, &j] {
-      std::lock_guard lk(mu_);
-      if (!j.exited && !stop_) launch(j);
-    });
+    j.role = health_->add(
+        "job-" + std::to_string(id), limits_.heartbeat,
+        [this, &j] {
+          std::lock_guard lk(mu_);
+          if (!j.exited && !stop_) launch(j);
+        },
+        [this, &j](const std::string& why) {  // its loop keeps failing: the job fails with the reason
+          {
+            std::lock_guard lk(mu_);
+            if (j.exited) return;
+            if (j.thread.joinable()) j.superseded_threads.push_back(std::move(j.thread));
+            j.exited = true;
+            cv_.notify_all();
+          }
+          finish(j, "failed", why);
+        });
   launch(j);
   log_text(LogLevel::Info, "job_queued", "job=" + std::to_string(id) + " tenant=" + tenant + " kind=" + j.info.kind);
   return id;
@@ -121,11 +133,13 @@ std::variant<std::uint64_t, JobRefused> JobRegistry::start(const std::string& te
 std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::start_rl(const std::string& tenant,
                                                                                         uid_t owner,
                                                                                         const wire::RlStartRequest& r) {
+  std::uint64_t id = 0;
   {
     std::lock_guard lk(mu_);
-    for (const auto& [id, job] : jobs_)
+    for (const auto& [other, job] : jobs_)
       if (job->rl && job->info.tenant == tenant && !rl_finished(*job->rl))
         return JobRefused{wire::ErrorCode::JobFailed, "an RL job of this tenant is running: stop it first"};
+    id = next_id_++;  // its loops' role names carry it
   }
   auto job = std::make_unique<Job>();
   job->owner = owner;
@@ -135,13 +149,13 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   job->info.total = r.iterations();
   std::uint64_t first = 0;
   try {  // opens sessions and publishes the starting version: outside the registry's lock
-    job->rl = start_rl_run(tenant, r, model_, envs_, first);
+    job->rl = start_rl_run(tenant, r, model_, envs_, health_, id, limits_, first);
   } catch (const std::exception& e) {
     return JobRefused{wire::ErrorCode::JobFailed, e.what()};
   }
   std::lock_guard lk(mu_);
   job->admitted = true;
-  const auto id = add(std::move(job));
+  add(std::move(job), id);
   return std::pair{id, first};
 }
 
@@ -247,12 +261,14 @@ void JobRegistry::reap() {
   while (!stop_) {
     cv_.wait_for(lk, std::chrono::milliseconds(200));
     std::vector<std::unique_ptr<RlRun, RlRunDeleter>> ended_runs;
+    // Removed outside the lock (a restart in progress may be waiting for it); their jobs are kept
+    // until the next pass, so that no restart or give-up in flight finds its job gone.
+    std::vector<std::shared_ptr<Role>> ended_roles;
+    std::set<std::uint64_t> role_pending;
     std::size_t finished = 0;
     for (auto& [id, job] : jobs_) {
-      if (job->thread.joinable() && job->exited) {
-        job->thread.join();
-        if (job->role) health_->remove(job->role), job->role.reset();
-      }
+      if (job->thread.joinable() && job->exited) job->thread.join();
+      if (job->exited && job->role) ended_roles.push_back(std::move(job->role)), role_pending.insert(id);
       if (job->rl && rl_finished(*job->rl) && !job->exited) {
         job->exited = true;  // the run's loops are done: its object may go (joins them, closes sessions)
         JobInfo last = info_of(*job);
@@ -267,7 +283,7 @@ void JobRegistry::reap() {
     }
     for (auto it = jobs_.begin(); finished > limits_.finished_kept && it != jobs_.end();)
       if (it->second->exited && !it->second->thread.joinable() && !it->second->rl &&
-          it->second->superseded_threads.empty()) {
+          it->second->superseded_threads.empty() && !role_pending.count(it->first)) {
         it = jobs_.erase(it);
         --finished;
       } else {
@@ -276,6 +292,7 @@ void JobRegistry::reap() {
     if (!ended_runs.empty()) cv_.notify_all();  // places freed
     lk.unlock();
     ended_runs.clear();  // outside the lock: joining may wait for a step in flight
+    for (const auto& role : ended_roles) health_->remove(role);
     lk.lock();
   }
 }

@@ -43,6 +43,8 @@ struct JobLimits {
   // (SFT continues from its last finished step, an evaluation starts over).
   std::chrono::milliseconds heartbeat{60000};
   bool inject_hang = false;         // fault injection (tests): one job loop hangs once, past it
+  bool inject_rl_throw = false;     // ... an RL rollout loop throws once
+  bool inject_rl_hang = false;      // ... an RL rollout loop hangs once, past its heartbeat
 };
 
 struct JobRefused {
@@ -79,7 +81,7 @@ class JobRegistry {
 
  private:
   struct Job;
-  std::uint64_t add(std::unique_ptr<Job> job);  // holds mu_
+  std::uint64_t add(std::unique_ptr<Job> job, std::uint64_t id = 0);  // holds mu_; id 0: the next
   void launch(Job& job);                         // holds mu_: (re)starts the job's thread
   void run_sft(Job& job, std::uint64_t generation);  // the job's thread; returns when superseded
   void run_eval(Job& job, std::uint64_t generation);

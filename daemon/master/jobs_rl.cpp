@@ -8,8 +8,9 @@ namespace nexus::daemon {
 
 class RlRun {
  public:
-  RlRun(const std::string& tenant, rl::RlConfig config, model::ModelService& model, env::EnvService& envs)
-      : port_(model.policy_port(tenant)), job_(tenant, std::move(config), *port_, envs) {}
+  RlRun(const std::string& tenant, rl::RlConfig config, model::ModelService& model, env::EnvService& envs,
+        rl::RlSupervision supervision)
+      : port_(model.policy_port(tenant)), job_(tenant, std::move(config), *port_, envs, std::move(supervision)) {}
   rl::RlJob& job() { return job_; }
   const rl::RlJob& job() const { return job_; }
 
@@ -22,6 +23,7 @@ void RlRunDeleter::operator()(RlRun* run) const { delete run; }
 
 std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const wire::RlStartRequest& r,
                                                   model::ModelService& model, env::EnvService& envs,
+                                                  HealthManager* health, std::uint64_t id, const JobLimits& limits,
                                                   std::uint64_t& first_version) {
   rl::RlConfig c;
   c.algorithm = r.algorithm()->str();
@@ -32,7 +34,9 @@ std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, con
   c.update = {r.epochs(), r.minibatch(), r.clip(), r.gamma(), r.lambda(), r.entropy(), 0.5, r.value_lr()};
   if (c.iterations > 100000 || c.update.epochs > 32 || c.update.minibatch > 4096)
     throw std::runtime_error("iterations <= 100000, epochs <= 32, minibatch <= 4096");
-  std::unique_ptr<RlRun, RlRunDeleter> run(new RlRun(tenant, std::move(c), model, envs));
+  const rl::RlSupervision supervision{health, "job-" + std::to_string(id), limits.heartbeat, limits.inject_rl_throw,
+                                      limits.inject_rl_hang};
+  std::unique_ptr<RlRun, RlRunDeleter> run(new RlRun(tenant, std::move(c), model, envs, supervision));
   first_version = run->job().progress().first_version;
   return run;
 }

@@ -16,7 +16,7 @@ Master::Impl::Impl(const MasterConfig& c, Completion done)
     : config(c),
       complete(std::move(done)),
       accounting(std::make_shared<metrics::Accounting>()),
-      model(c.model, accounting),
+      model(c.model, accounting, &health, c.faults.count("executor-throw") > 0),
       envs(c.env, env::session_factory(c.external_envs, c.external_timeouts), accounting.get(), &health,
            c.faults.count("env-worker-throw") > 0),
       datasets(c.datasets),
@@ -192,7 +192,10 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   for (const auto& [name, p] : impl_->config.model.tenants) s.weights[name] = p.weight;
   s.jobs = impl_->jobs.list();
   for (const auto& r : impl_->health.roles())
-    if (r.restarts > 0) s.health.push_back(r.name + ": " + std::to_string(r.restarts) + " restart(s), last: " + r.last_reason);
+    if (r.failed)
+      s.health.push_back(r.name + ": failed after " + std::to_string(r.restarts) + " restart(s): " + r.last_reason);
+    else if (r.restarts > 0)
+      s.health.push_back(r.name + ": " + std::to_string(r.restarts) + " restart(s), last: " + r.last_reason);
   s.health_restarts = impl_->health.restarts();
   return s;
 }

@@ -45,8 +45,19 @@ struct ModelService::Impl {
     cv.notify_one();
   }
 
+  // One generation of the executor's role: a loop that throws reports it and leaves; the Health
+  // Manager starts the next generation (the queues and slots are as the last turn left them).
+  void run(std::uint64_t generation) {
+    try {
+      serve(generation);
+    } catch (const std::exception& e) {
+      if (!role) throw;  // no manager: nothing would restart it
+      role->failed(std::string("executor: ") + e.what(), generation);
+    }
+  }
+
   // The executor: one turn at a time, inference first (work_queues.hpp).
-  void run() {
+  void serve(std::uint64_t generation) {
     // A fixed thread count for the daemon's life: reductions split across threads the same way
     // in every pass (deterministic mode relies on it).
     torch::set_num_threads(config.torch_threads > 0 ? config.torch_threads
@@ -58,7 +69,8 @@ struct ModelService::Impl {
       std::optional<detail::WorkQueues::Turn> turn;
       {
         std::unique_lock lk(mu);
-        if (stop) return;
+        if (stop || (role && !role->current(generation))) return;
+        if (!queues.empty() && throw_once.exchange(false)) throw std::runtime_error("injected fault: the executor threw");
         std::chrono::microseconds wait = std::chrono::seconds(1);  // wakes for eviction at least
         if (!queues.empty()) {
           const auto now = sched::Clock::now();
@@ -197,7 +209,11 @@ struct ModelService::Impl {
 
   mutable std::mutex stats_mu;
   ModelStats stats;  // GUARDED_BY(stats_mu)
-  std::thread thread;
+  std::shared_ptr<daemon::Role> role;  // the executor's (Health Manager); null without one
+  std::atomic<bool> throw_once{false};
+  std::mutex threads_mu;
+  std::thread thread;                  // GUARDED_BY(threads_mu): the executor now
+  std::vector<std::thread> retired;    // GUARDED_BY(threads_mu): generations that threw and left
 };
 
 // An RL job's view of the service: its rollout steps go on the Inference Queue and its update
@@ -229,8 +245,9 @@ class ModelService::Impl::Policy final : public PolicyPort {
   std::string tenant_;
 };
 
-ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting)
-    : impl_(std::make_unique<Impl>(config, std::move(accounting))) {
+ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
+                           daemon::HealthManager* health, bool inject_executor_throw)
+    : impl_(std::make_unique<Impl>(config, std::move(accounting))), health_(health) {
   const bool builtin = config.backbone != "torchscript";
   if (!builtin) {
     if (config.weights.empty()) throw std::runtime_error("--backbone torchscript needs --weights FILE.pt");
@@ -252,16 +269,29 @@ ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::A
       *impl_->backbone, *impl_->registry,
       detail::make_cost_model(*impl_->backbone, bc, config.max_request_gflop, builtin), config.deterministic,
       impl_->accounting.get(), impl_->stats, impl_->stats_mu);
-  impl_->thread = std::thread([this] { impl_->run(); });
+  impl_->throw_once = inject_executor_throw;
+  if (health_)
+    impl_->role = health_->add("executor", std::chrono::milliseconds(0), [impl = impl_.get()] {
+      std::lock_guard lk(impl->threads_mu);
+      impl->retired.push_back(std::move(impl->thread));
+      impl->thread = std::thread([impl, g = impl->role->generation()] { impl->run(g); });
+    });
+  std::lock_guard lk(impl_->threads_mu);
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(1); });
 }
 
 ModelService::~ModelService() {
+  if (impl_->role) health_->remove(impl_->role);  // no restart from here on
   {
     std::lock_guard lk(impl_->mu);
     impl_->stop = true;
   }
   impl_->cv.notify_all();
-  impl_->thread.join();
+  {
+    std::lock_guard lk(impl_->threads_mu);
+    impl_->thread.join();
+    for (auto& t : impl_->retired) t.join();
+  }
   std::vector<Work> left;
   {
     std::lock_guard lk(impl_->mu);

@@ -11,6 +11,11 @@
 // (a tenant's arena, or a buffer the daemon filled); every number the backbone or a head
 // consumes is checked on a private copy first.
 //
+// The executor is a Health Manager role (failure reports: a loop that throws is restarted on a
+// new thread with back-off). A slow turn is not taken over: a second thread cannot own the
+// backbone and slots while the first may still be inside a pass; a turn's work is bounded by
+// max_request_gflop instead.
+//
 // Thread safety: every member may be called from any thread. Slots and the backbone are touched
 // by the executor thread only. This header is torch-free on purpose: the master's and the
 // reactor's translation units never include LibTorch.
@@ -27,6 +32,7 @@
 #include <variant>
 #include <vector>
 
+#include "daemon/health/health_manager.hpp"
 #include "daemon/metrics/accounting.hpp"
 #include "daemon/model/backbone_config.hpp"
 #include "daemon/model/slot_spec.hpp"
@@ -144,8 +150,10 @@ struct ModelStats {
 
 class ModelService {
  public:
-  // Loads the backbone (throws std::runtime_error) and starts the executor thread.
-  ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting);
+  // Loads the backbone (throws std::runtime_error) and starts the executor thread, a role of
+  // `health` (optional). inject_executor_throw (tests): the executor's loop throws once.
+  ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
+               daemon::HealthManager* health = nullptr, bool inject_executor_throw = false);
   ~ModelService();
   ModelService(const ModelService&) = delete;
   ModelService& operator=(const ModelService&) = delete;
@@ -172,6 +180,7 @@ class ModelService {
 
  private:
   std::unique_ptr<Impl> impl_;
+  daemon::HealthManager* const health_;
 };
 
 }  // namespace nexus::model

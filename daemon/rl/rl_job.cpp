@@ -2,67 +2,17 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "daemon/model/backbone.hpp"
+#include "daemon/rl/rl_observer.hpp"
 
 namespace nexus::rl {
 namespace {
 struct StopRequested {};  // thrown between update minibatches once the job is asked to stop
 }  // namespace
 
-// The job's sessions and their current observations, as the backbone wants them.
-struct RlJob::Observer {
-  Observer(RlJob& job) : job(job) {
-    const auto n = static_cast<std::int64_t>(job.sessions_.size());
-    const auto h = job.spec_.image_size;
-    images = torch::zeros({n, 1, h, h, 3}, torch::kUInt8);
-    state = torch::zeros({n, job.spec_.state_dim});
-    tokens = torch::zeros({n, job.policy_.max_tokens()}, torch::kInt32);
-    mask = torch::zeros({n, job.policy_.max_tokens()}, torch::kBool);
-    instructions.resize(static_cast<std::size_t>(n));
-  }
-
-  // Resets (seeds) or steps (actions [rows, A]) the given rows' sessions and copies their new
-  // observations into place. A session's failure fails the job.
-  std::vector<env::SessionResult> run(const std::vector<std::int64_t>& rows, const std::vector<std::uint64_t>& seeds,
-                                      const torch::Tensor& actions) {
-    std::vector<std::uint64_t> ids;
-    for (auto r : rows) ids.push_back(job.sessions_[static_cast<std::size_t>(r)]);
-    const auto m = static_cast<std::int64_t>(rows.size());
-    auto img = torch::empty({m, 1, images.size(2), images.size(3), 3}, torch::kUInt8);
-    auto st = torch::empty({m, state.size(1)});
-    std::vector<env::SessionResult> out;
-    if (!seeds.empty()) {
-      out = job.envs_.reset(job.tenant_, ids, seeds, img.data_ptr<std::uint8_t>(), st.data_ptr<float>());
-    } else {
-      auto a = actions.contiguous();
-      out = job.envs_.step(job.tenant_, ids, {a.data_ptr<float>(), static_cast<std::size_t>(a.numel())},
-                           img.data_ptr<std::uint8_t>(), st.data_ptr<float>());
-    }
-    for (std::size_t i = 0; i < out.size(); ++i)
-      if (!out[i].error.empty()) throw std::runtime_error("environment: " + out[i].error);
-    auto index = torch::tensor(rows, torch::kLong);
-    images.index_copy_(0, index, img);
-    state.index_copy_(0, index, st);
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      auto& text = instructions[static_cast<std::size_t>(rows[i])];
-      if (text != out[i].instruction) {
-        text = out[i].instruction;
-        model::tokenize_into(text, tokens, mask, rows[i]);
-      }
-    }
-    return out;
-  }
-
-  PolicyPort::Acted act() { return job.policy_.act(images, tokens, mask.to(torch::kUInt8), state); }
-
-  RlJob& job;
-  torch::Tensor images, state, tokens, mask;
-  std::vector<std::string> instructions;
-};
-
-RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvService& envs)
+RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvService& envs, RlSupervision supervision)
     : tenant_(std::move(tenant)), config_(std::move(config)), policy_(policy), envs_(envs),
       queue_(static_cast<std::size_t>(std::max(1, config_.queue_capacity))),
+      next_seed_(config_.seed * 1000003ull),
       shuffle_(at::make_generator<at::CPUGeneratorImpl>(config_.seed + 17)) {
   const auto& c = config_;
   if (c.algorithm != "ppo" && c.algorithm != "grpo") throw std::runtime_error("algorithm must be ppo or grpo");
@@ -101,14 +51,42 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
   }
   started_ = std::chrono::steady_clock::now();
   progress_.state = "running";
-  producer_ = std::thread([this] { produce(); });
-  actor_ = std::thread([this] { consume(); });
+  supervise(supervision);
+  std::lock_guard lk(threads_mu_);
+  producer_ = std::thread([this] { produce(1); });
+  actor_ = std::thread([this] { consume(1); });
+}
+
+void RlJob::supervise(const RlSupervision& s) {
+  throw_once_ = s.inject_rollout_throw;
+  hang_once_ = s.inject_rollout_hang;
+  health_ = s.health;
+  if (!health_) return;
+  // A restart hands the loop to a new thread of the role's new generation; the old thread, if it
+  // ever wakes, finds itself superseded and leaves (joined at the end).
+  auto restart = [this](std::thread& loop, daemon::Role& role, void (RlJob::*body)(std::uint64_t)) {
+    std::lock_guard lk(threads_mu_);
+    if (stop_) return;
+    retired_.push_back(std::move(loop));
+    loop = std::thread([this, body, g = role.generation()] { (this->*body)(g); });
+  };
+  auto give_up = [this](const std::string& why) { fail(why); };
+  rollout_role_ = health_->add(
+      s.name + "-rollout", s.heartbeat, [this, restart] { restart(producer_, *rollout_role_, &RlJob::produce); }, give_up);
+  update_role_ = health_->add(
+      s.name + "-update", std::chrono::milliseconds(0), [this, restart] { restart(actor_, *update_role_, &RlJob::consume); },
+      give_up);
 }
 
 RlJob::~RlJob() {
   stop();
+  // No restart runs or starts once the roles are gone: the threads below are all there are.
+  if (rollout_role_) health_->remove(rollout_role_);
+  if (update_role_) health_->remove(update_role_);
+  std::lock_guard lk(threads_mu_);
   if (producer_.joinable()) producer_.join();
   if (actor_.joinable()) actor_.join();
+  for (auto& t : retired_) t.join();
   envs_.close(tenant_, sessions_);
 }
 
@@ -156,14 +134,23 @@ void RlJob::episode_ended(bool success, float episode_return) {
   ++progress_.episodes;
 }
 
-void RlJob::produce() {
+void RlJob::loop_failed(daemon::Role* role, std::uint64_t generation, const std::string& why) {
+  if (stop_) return;
+  if (role)
+    role->failed(why, generation);
+  else
+    fail(why);
+}
+
+void RlJob::produce(std::uint64_t generation) {
   try {
     if (config_.algorithm == "ppo")
-      produce_ppo();
+      produce_ppo(generation);
     else
-      produce_grpo();
+      produce_grpo(generation);
+  } catch (const Superseded&) {
   } catch (const std::exception& e) {
-    if (!stop_) fail(std::string("rollout: ") + e.what());
+    loop_failed(rollout_role_.get(), generation, std::string("rollout: ") + e.what());
   }
 }
 
@@ -196,13 +183,12 @@ std::vector<std::int64_t> all_rows(std::size_t n) {
 }  // namespace
 
 // PPO: continuous rollouts of `horizon` steps; a finished episode is reset at once.
-void RlJob::produce_ppo() {
-  Observer obs(*this);
+void RlJob::produce_ppo(std::uint64_t generation) {
+  Observer obs(*this, generation);
   const auto n = sessions_.size();
   const auto T = config_.horizon;
-  std::uint64_t next_seed = config_.seed * 1000003ull;
   std::vector<std::uint64_t> seeds(n);
-  for (auto& s : seeds) s = next_seed++;
+  for (auto& s : seeds) s = next_seed_++;
   obs.run(all_rows(n), seeds, {});
   std::vector<float> returns(n, 0.f);
   auto acted = obs.act();
@@ -230,7 +216,7 @@ void RlJob::produce_ppo() {
       done.push_back(dn);
       if (!finished.empty()) {
         std::vector<std::uint64_t> fresh(finished.size());
-        for (auto& s : fresh) s = next_seed++;
+        for (auto& s : fresh) s = next_seed_++;
         obs.run(finished, fresh, {});
       }
       {
@@ -245,21 +231,23 @@ void RlJob::produce_ppo() {
     r.done = torch::stack(done);
     r.last_pooled = acted.pooled;
     r.last_state = obs.state.clone();
+    obs.still_current();
     if (!queue_.push(std::move(r))) break;
   }
 }
 
 // GRPO: every record is one episode per session; groups of group_size sessions start from the
 // same seed, so their returns differ only by the policy's sampling.
-void RlJob::produce_grpo() {
-  Observer obs(*this);
+void RlJob::produce_grpo(std::uint64_t generation) {
+  Observer obs(*this, generation);
   const auto n = sessions_.size();
   const auto G = static_cast<std::size_t>(config_.group_size);
-  std::uint64_t next_seed = config_.seed * 1000003ull;
   while (!stop_) {
     std::vector<std::uint64_t> seeds(n);
-    for (std::size_t g = 0; g < n / G; ++g, ++next_seed)
-      for (std::size_t k = 0; k < G; ++k) seeds[g * G + k] = next_seed;
+    for (std::size_t g = 0; g < n / G; ++g) {
+      const std::uint64_t seed = next_seed_++;
+      for (std::size_t k = 0; k < G; ++k) seeds[g * G + k] = seed;
+    }
     obs.run(all_rows(n), seeds, {});
     Rollout r;
     r.group_size = static_cast<std::int64_t>(G);
@@ -296,16 +284,19 @@ void RlJob::produce_grpo() {
     steps.stack_into(r);
     r.done = torch::zeros_like(r.reward);
     r.episode_return = ret;
+    obs.still_current();
     if (!queue_.push(std::move(r))) break;
   }
 }
 
-void RlJob::consume() {
+void RlJob::consume(std::uint64_t generation) {
+  auto superseded = [&] { return update_role_ && !update_role_->current(generation); };
   try {
+    // A restarted loop goes on from the last published iteration.
     std::uint64_t version = progress().version;
-    for (int it = 0; it < config_.iterations && !stop_;) {
+    for (int it = progress().iterations; it < config_.iterations && !stop_;) {
       auto record = queue_.pop();
-      if (!record) break;
+      if (!record || superseded()) break;
       const long age = static_cast<long>(version - record->version);
       const double weight = staleness_weight(config_.staleness, age);
       if (weight == 0) {
@@ -321,6 +312,7 @@ void RlJob::consume() {
       const UpdateStats stats = config_.algorithm == "ppo"
                                     ? ppo_update(on_slot, value_, *value_opt_, *record, config_.update, weight, shuffle_)
                                     : grpo_update(on_slot, *record, config_.update, weight, shuffle_);
+      if (superseded()) return;  // the update it finished is its successor's to publish or redo
       policy_.with_slot([&](model::TenantSlot& slot) { version = slot.publish(); });
       ++it;
       std::lock_guard lk(mu_);
@@ -331,6 +323,7 @@ void RlJob::consume() {
       progress_.entropy = stats.entropy;
       if (weight < 1) ++progress_.records_downweighted;
     }
+    if (superseded()) return;
     {
       std::lock_guard lk(mu_);
       if (progress_.state == "running") progress_.state = "done";
@@ -340,7 +333,7 @@ void RlJob::consume() {
   } catch (const StopRequested&) {
     // stop() set the state; the update in progress was abandoned between minibatches
   } catch (const std::exception& e) {
-    fail(std::string("update: ") + e.what());
+    loop_failed(update_role_.get(), generation, std::string("update: ") + e.what());
   }
 }
 

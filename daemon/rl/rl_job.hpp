@@ -5,8 +5,12 @@
 //             the model service) and records them with the step's backbone features.
 //   actor     takes records off the queue, applies max_staleness, updates the tenant's head
 //             (and its value head) on the stored features, and publishes a new version.
-// A failure in either loop (a failed env session, a model error) ends the job as failed with its
-// reason; the tenant's slot keeps whatever versions were published.
+// Both loops are Health Manager roles (when the job has one): a loop that throws (a failed env
+// session, a model error) or, for the rollout loop, goes silent past its heartbeat (a hung
+// simulator call) is restarted in place with back-off: a restarted rollout loop starts new
+// episodes in every session, a restarted update loop goes on with the next record. A loop the
+// manager gives up on ends the job as failed with its last error; without a manager the first
+// failure does. The tenant's slot keeps whatever versions were published.
 //
 // Thread safety: progress() and stop() from any thread.
 #pragma once
@@ -19,8 +23,10 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "daemon/env/env_service.hpp"
+#include "daemon/health/health_manager.hpp"
 #include "daemon/model/policy_port.hpp"
 #include "daemon/model/tenant_slot.hpp"
 #include "daemon/rl/policy_update.hpp"
@@ -63,11 +69,21 @@ struct RlProgress {
   double seconds = 0;
 };
 
+// Who restarts the job's loops. Roles: <name>-rollout (beats every env step; waiting on the model
+// service does not count) and <name>-update (failure reports only).
+struct RlSupervision {
+  daemon::HealthManager* health = nullptr;  // none: a loop's first failure fails the job
+  std::string name = "rl";
+  std::chrono::milliseconds heartbeat{60000};
+  bool inject_rollout_throw = false;  // tests: the rollout loop throws once, a few steps in
+  bool inject_rollout_hang = false;   // tests: ... or hangs once, until it is taken over
+};
+
 class RlJob {
  public:
   // Opens the sessions and publishes the starting version; throws std::runtime_error (nothing
   // left behind) for a bad config.
-  RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvService& envs);
+  RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvService& envs, RlSupervision supervision = {});
   ~RlJob();  // stops and joins both loops, closes the sessions
   RlJob(const RlJob&) = delete;
   RlJob& operator=(const RlJob&) = delete;
@@ -77,10 +93,14 @@ class RlJob {
   void stop();
 
  private:
-  void produce();
-  void produce_ppo();
-  void produce_grpo();
-  void consume();
+  // Each loop runs as one generation of its role; it leaves when a restart supersedes it.
+  void produce(std::uint64_t generation);
+  void produce_ppo(std::uint64_t generation);
+  void produce_grpo(std::uint64_t generation);
+  void consume(std::uint64_t generation);
+  void supervise(const RlSupervision& s);
+  // A loop's failure: reported to its role (restarted), or the job's end without a manager.
+  void loop_failed(daemon::Role* role, std::uint64_t generation, const std::string& why);
   void fail(const std::string& why);
   void episode_ended(bool success, float episode_return);
   struct Observer;
@@ -97,11 +117,17 @@ class RlJob {
   at::Generator shuffle_;     // minibatch order; actor thread only
 
   std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> next_seed_;  // episode seeds; a restarted rollout loop goes on from here
+  std::atomic<bool> throw_once_{false}, hang_once_{false};
+  daemon::HealthManager* health_ = nullptr;
+  std::shared_ptr<daemon::Role> rollout_role_, update_role_;
   mutable std::mutex mu_;
   RlProgress progress_;               // GUARDED_BY(mu_)
   std::deque<std::pair<bool, float>> window_;   // GUARDED_BY(mu_): the last 100 episodes
   std::chrono::steady_clock::time_point started_;
-  std::thread producer_, actor_;
+  std::mutex threads_mu_;
+  std::thread producer_, actor_;       // GUARDED_BY(threads_mu_): the current loops
+  std::vector<std::thread> retired_;   // GUARDED_BY(threads_mu_): loops a restart superseded
 };
 
 }  // namespace nexus::rl
