@@ -12,8 +12,8 @@ struct StopRequested {};  // thrown between update minibatches once the job is a
 RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvService& envs, RlSupervision supervision)
     : tenant_(std::move(tenant)), config_(std::move(config)), policy_(policy), envs_(envs),
       queue_(static_cast<std::size_t>(std::max(1, config_.queue_capacity))),
-      next_seed_(config_.seed * 1000003ull),
-      shuffle_(at::make_generator<at::CPUGeneratorImpl>(config_.seed + 17)) {
+      shuffle_(at::make_generator<at::CPUGeneratorImpl>(config_.seed + 17)),
+      next_seed_(config_.seed * 1000003ull) {
   const auto& c = config_;
   if (c.algorithm != "ppo" && c.algorithm != "grpo") throw std::runtime_error("algorithm must be ppo or grpo");
   if (c.sessions < 1 || c.sessions > 256) throw std::runtime_error("sessions must be 1..256");
