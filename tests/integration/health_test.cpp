@@ -87,8 +87,12 @@ TEST_CASE("an RL job's rollout loop that throws, then hangs, and an executor tha
   const auto health = health_lines(daemon.socket());
   INFO(health);
   CHECK_THAT(health, Catch::Contains("executor: 1 restart(s), last: executor: injected fault"));
-  // The first rollout loop threw; its successor hung past its 1 s heartbeat and was taken over.
-  CHECK_THAT(health, Catch::Contains("-rollout: 2 restart(s), last: missed its heartbeat"));
+  // The first rollout loop threw; its successor hung past its 1 s heartbeat and was taken over
+  // (on a loaded machine a slow step may add a restart of its own: at least 2).
+  const auto rollout = health.find("-rollout: ");
+  REQUIRE(rollout != std::string::npos);
+  CHECK(std::stoi(health.substr(rollout + 10)) >= 2);
+  CHECK(health.find("restart(s), last: missed its heartbeat", rollout) != std::string::npos);
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }
 
