@@ -6,8 +6,9 @@
 
 namespace nexus::schema {
 
-bool send_ext(int socket, flatbuffers::FlatBufferBuilder& fbb, wire::ExtBody type, flatbuffers::Offset<void> body) {
-  fbb.Finish(wire::CreateExtMessage(fbb, type, body));
+bool send_ext(int socket, flatbuffers::FlatBufferBuilder& fbb, wire::ExtBody type, flatbuffers::Offset<void> body,
+              std::uint64_t id) {
+  fbb.Finish(wire::CreateExtMessage(fbb, type, body, id));
   return send_frame(socket, {fbb.GetBufferPointer(), fbb.GetSize()});
 }
 

@@ -12,8 +12,14 @@
 
 namespace nexus::schema {
 
-// Finishes `fbb` as an ExtMessage around `body` and sends it. False if the peer is gone.
-bool send_ext(int socket, flatbuffers::FlatBufferBuilder& fbb, wire::ExtBody type, flatbuffers::Offset<void> body);
+// The external-environment protocol this build speaks (nexus.fbs): 2 added request ids, the
+// protocol handshake and truncated. Version 1 peers (no ids) are refused at open.
+inline constexpr std::uint32_t kExtProtocol = 2;
+
+// Finishes `fbb` as an ExtMessage around `body`, numbered `id` (a reply: its request's id), and
+// sends it. False if the peer is gone.
+bool send_ext(int socket, flatbuffers::FlatBufferBuilder& fbb, wire::ExtBody type, flatbuffers::Offset<void> body,
+              std::uint64_t id);
 
 // Receives one ExtMessage within `timeout` into `buffer`, verified. nullptr and `why` set when
 // the peer closed, timed out, or sent bytes that are not a valid ExtMessage with a body.

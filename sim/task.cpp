@@ -137,7 +137,8 @@ StepResult Task::step(std::span<const float> action) {
   ++steps_;
   StepResult r = evaluate();
   success_ = r.success;
-  r.done = r.success || steps_ >= max_steps_;
+  r.truncated = !r.success && steps_ >= max_steps_;
+  r.done = r.success || r.truncated;
   done_ = r.done;
   return r;
 }

@@ -31,8 +31,9 @@ struct TaskOptions {
 
 struct StepResult {
   float reward = 0;
-  bool done = false;     // success, or the episode limit reached
-  bool success = false;
+  bool done = false;       // success, or the episode limit reached
+  bool success = false;    // the task's end: terminated
+  bool truncated = false;  // the episode limit ended it first (the state is not terminal)
 };
 
 class Task {

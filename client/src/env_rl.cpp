@@ -34,6 +34,7 @@ EnvStepResult step_result(const std::vector<std::uint8_t>& bytes) {
   out.done = flags(r->done());
   out.success = flags(r->success());
   out.failed = flags(r->failed());
+  out.truncated = flags(r->truncated());
   if (r->instructions()) for (const auto* s : *r->instructions()) out.instructions.push_back(s ? s->str() : "");
   if (r->errors()) for (const auto* s : *r->errors()) out.errors.push_back(s ? s->str() : "");
   return out;

@@ -17,7 +17,7 @@ class BuiltinSession final : public EnvSession {
   StepOutcome step(std::span<const float> action) override {
     try {
       const auto r = task_->step(action);
-      return {r.reward, r.done, r.success};
+      return {r.reward, r.done, r.success, r.truncated};
     } catch (const sim::TaskError& e) {
       throw BadInput(e.what());
     }

@@ -16,10 +16,13 @@ struct SessionSpec {
   int max_steps = 0;   // episode limit
 };
 
+// done = terminated (the task's end) or truncated (the episode limit). A truncated episode's last
+// state is not terminal: learners bootstrap from its value (gymnasium's terminated/truncated).
 struct StepOutcome {
   float reward = 0;
   bool done = false;
   bool success = false;
+  bool truncated = false;
 };
 
 // The caller's mistake (wrong action size, non-finite action, a step after done): the session

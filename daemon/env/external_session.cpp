@@ -35,12 +35,14 @@ class ExternalSession final : public EnvSession {
                   const ExternalTimeouts& timeouts)
       : path_(std::move(path)), timeout_(timeouts.step), fd_(connect_to(path_)) {
     flatbuffers::FlatBufferBuilder fbb(128);
-    if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtOpen,
-                          wire::CreateExtOpen(fbb, fbb.CreateString(task), image_size, max_steps).Union()))
-      gone("the connection closed");
+    const auto open = wire::CreateExtOpen(fbb, fbb.CreateString(task), image_size, max_steps, schema::kExtProtocol);
+    if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtOpen, open.Union(), ++sent_)) gone("the connection closed");
     const auto* m = receive(timeouts.open);
     if (m->body_type() != wire::ExtBody::ExtSpec) gone("it answered ExtOpen with something other than ExtSpec");
     const auto* s = m->body_as_ExtSpec();
+    if (s->protocol() != schema::kExtProtocol)
+      gone("it speaks external-environment protocol " + std::to_string(s->protocol()) + ", nexusd speaks " +
+           std::to_string(schema::kExtProtocol) + " (docs/design/env-rl.md)");
     if (s->error() && s->error()->size() > 0) throw BadInput(s->error()->str());
     spec_ = {s->image_size(), s->state_dim(), s->action_dim(), s->max_steps()};
     if (spec_.image_size != image_size || spec_.state_dim < 0 || spec_.state_dim > 1024 || spec_.action_dim < 1 ||
@@ -55,7 +57,7 @@ class ExternalSession final : public EnvSession {
   const SessionSpec& spec() const override { return spec_; }
   void reset(std::uint64_t seed) override {
     flatbuffers::FlatBufferBuilder fbb(64);
-    if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtReset, wire::CreateExtReset(fbb, seed).Union()))
+    if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtReset, wire::CreateExtReset(fbb, seed).Union(), ++sent_))
       gone("the connection closed");
     take(receive());
   }
@@ -64,7 +66,7 @@ class ExternalSession final : public EnvSession {
       throw BadInput("actions must have " + std::to_string(spec_.action_dim) + " values");
     flatbuffers::FlatBufferBuilder fbb(128);
     if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtStep,
-                          wire::CreateExtStep(fbb, fbb.CreateVector(action.data(), action.size())).Union()))
+                          wire::CreateExtStep(fbb, fbb.CreateVector(action.data(), action.size())).Union(), ++sent_))
       gone("the connection closed");
     return take(receive());
   }
@@ -82,6 +84,11 @@ class ExternalSession final : public EnvSession {
     std::string why;
     const auto* m = schema::recv_ext(fd_, timeout.value_or(timeout_), buffer_, why);
     if (!m) gone(why);
+    // A reply to an earlier request (one that timed out) or an extra frame: the session is out of
+    // step and stays broken, rather than every later reply answering the wrong request.
+    if (m->id() != sent_)
+      gone("it answered request " + std::to_string(m->id()) + " when request " + std::to_string(sent_) +
+           " was asked (a late or extra reply)");
     return m;
   }
   // Checks an observation against the spec and keeps it; the outcome, or the typed refusal.
@@ -99,15 +106,17 @@ class ExternalSession final : public EnvSession {
     for (float v : *o->state())
       if (!std::isfinite(v)) gone("a non-finite state");
     if (!std::isfinite(o->reward())) gone("a non-finite reward");
+    if (o->truncated() && !o->done()) gone("an observation truncated but not done");
     std::memcpy(image_.data(), o->image()->data(), image_.size());
     std::copy(o->state()->begin(), o->state()->end(), state_.begin());
     instruction_ = o->instruction() ? o->instruction()->str().substr(0, 1024) : "";
-    return {o->reward(), o->done(), o->success()};
+    return {o->reward(), o->done(), o->success(), o->truncated()};
   }
 
   std::string path_;
   std::chrono::milliseconds timeout_;
   int fd_;
+  std::uint64_t sent_ = 0;  // the id of the last request: the one its reply must carry
   SessionSpec spec_;
   std::vector<std::uint8_t> buffer_, image_;
   std::vector<float> state_;

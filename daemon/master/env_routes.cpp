@@ -55,18 +55,20 @@ Bytes step(EnvService& envs, const ServiceRequest& w, const wire::EnvStepRequest
   }
   flatbuffers::FlatBufferBuilder fbb(1024 + 64 * results.size());
   std::vector<float> reward;
-  std::vector<std::uint8_t> done, success, failed;
+  std::vector<std::uint8_t> done, success, failed, truncated;
   std::vector<flatbuffers::Offset<flatbuffers::String>> instructions, errors;
   for (const auto& s : results) {
     reward.push_back(s.outcome.reward);
     done.push_back(s.outcome.done);
     success.push_back(s.outcome.success);
     failed.push_back(s.failed);
+    truncated.push_back(s.outcome.truncated);
     instructions.push_back(fbb.CreateString(s.instruction));
     errors.push_back(fbb.CreateString(s.error));
   }
   auto body = wire::CreateEnvStepReply(fbb, fbb.CreateVector(reward), fbb.CreateVector(done), fbb.CreateVector(success),
-                                       fbb.CreateVector(instructions), fbb.CreateVector(errors), fbb.CreateVector(failed));
+                                       fbb.CreateVector(instructions), fbb.CreateVector(errors), fbb.CreateVector(failed),
+                                       fbb.CreateVector(truncated));
   return finish(fbb, w.request_id, wire::Body::EnvStepReply, body.Union());
 }
 

@@ -15,14 +15,16 @@ torch::Tensor ValueHeadImpl::forward(const torch::Tensor& pooled, const torch::T
 
 std::pair<torch::Tensor, torch::Tensor> gae(const torch::Tensor& reward, const torch::Tensor& value,
                                             const torch::Tensor& done, const torch::Tensor& last_value,
-                                            double gamma, double lambda) {
+                                            double gamma, double lambda, const torch::Tensor& cut_value) {
   const auto T = reward.size(0);
   auto adv = torch::zeros_like(reward);
   auto running = torch::zeros_like(last_value);
   auto next_value = last_value;
   for (auto t = T - 1; t >= 0; --t) {
     auto live = 1.0 - done[t];  // no bootstrap across an episode's end
-    auto delta = reward[t] + gamma * next_value * live - value[t];
+    auto bootstrap = next_value * live;  // an episode's end bootstraps only if it was cut short
+    if (cut_value.defined()) bootstrap = bootstrap + cut_value[t];
+    auto delta = reward[t] + gamma * bootstrap - value[t];
     running = delta + gamma * lambda * live * running;
     adv[t] = running;
     next_value = value[t];
@@ -98,7 +100,12 @@ UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim
     torch::NoGradGuard ng;
     auto v = value->forward(r.pooled, r.state);  // [T, n]
     auto last = value->forward(r.last_pooled, r.last_state);
-    std::tie(adv, ret) = gae(r.reward, v, r.done, last, c.gamma, c.lambda);
+    torch::Tensor cut;
+    if (r.cut_index.defined() && r.cut_index.numel() > 0) {
+      cut = torch::zeros_like(r.reward);
+      cut.view({-1}).index_copy_(0, r.cut_index, value->forward(r.cut_pooled, r.cut_state));
+    }
+    std::tie(adv, ret) = gae(r.reward, v, r.done, last, c.gamma, c.lambda, cut);
   }
   auto a = flat(adv);
   a = (a - a.mean()) / (a.std() + 1e-8);

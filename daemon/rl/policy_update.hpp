@@ -37,10 +37,12 @@ class ValueHeadImpl : public torch::nn::Module {
 };
 TORCH_MODULE(ValueHead);
 
-// GAE(lambda) over [T, n] with episode ends in `done`; returns {advantages, returns}.
+// GAE(lambda) over [T, n] with episode ends in `done`; returns {advantages, returns}. Where an
+// episode was truncated at step t, `cut_value` [T, n] (optional) holds the value of its true last
+// observation: delta_t = r_t + gamma * cut_value_t - V_t, nothing flowing back across the end.
 std::pair<torch::Tensor, torch::Tensor> gae(const torch::Tensor& reward, const torch::Tensor& value,
                                             const torch::Tensor& done, const torch::Tensor& last_value,
-                                            double gamma, double lambda);
+                                            double gamma, double lambda, const torch::Tensor& cut_value = {});
 // (R_i - mean of its group) / (std of its group + eps) for groups of `group_size` sessions.
 torch::Tensor group_relative(const torch::Tensor& episode_return, std::int64_t group_size);
 // PPO's per-sample clipped surrogate min(r*A, clip(r, 1-eps, 1+eps)*A), r = exp(log_prob - old);

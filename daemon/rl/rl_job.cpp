@@ -127,8 +127,9 @@ void RlJob::fail(const std::string& why) {
   queue_.close();
 }
 
-void RlJob::episode_ended(bool success, float episode_return) {
+void RlJob::episode_ended(bool success, float episode_return, bool truncated) {
   std::lock_guard lk(mu_);
+  progress_.truncated_episodes += truncated;
   window_.emplace_back(success, episode_return);
   if (window_.size() > 100) window_.pop_front();
   ++progress_.episodes;
@@ -196,24 +197,34 @@ void RlJob::produce_ppo(std::uint64_t generation) {
     Rollout r;
     StepLists steps;
     std::vector<torch::Tensor> done;
+    std::vector<std::int64_t> cut_index;  // truncated episodes: their true last observations
+    std::vector<torch::Tensor> cut_pooled, cut_state;
     r.version = acted.version;
     for (int t = 0; t < T && !stop_; ++t) {
       steps.add(acted, obs.state);
       auto step = obs.run(all_rows(n), {}, acted.actions.select(1, 0));
       auto rew = torch::empty({static_cast<std::int64_t>(n)}), dn = torch::zeros({static_cast<std::int64_t>(n)});
-      std::vector<std::int64_t> finished;
+      std::vector<std::int64_t> finished, cut;
       for (std::size_t i = 0; i < n; ++i) {
         rew[static_cast<std::int64_t>(i)] = step[i].outcome.reward;
         returns[i] += step[i].outcome.reward;
         if (step[i].outcome.done) {
           dn[static_cast<std::int64_t>(i)] = 1;
           finished.push_back(static_cast<std::int64_t>(i));
-          episode_ended(step[i].outcome.success, returns[i]);
+          if (step[i].outcome.truncated) cut.push_back(static_cast<std::int64_t>(i));
+          episode_ended(step[i].outcome.success, returns[i], step[i].outcome.truncated);
           returns[i] = 0;
         }
       }
       steps.reward.push_back(rew);
       done.push_back(dn);
+      if (!cut.empty()) {  // before the resets below overwrite their observations
+        cut_pooled.push_back(obs.features(cut));
+        cut_state.push_back(obs.state.index_select(0, torch::tensor(cut, torch::kLong)).clone());
+        for (auto i : cut) cut_index.push_back(t * static_cast<std::int64_t>(n) + i);
+        std::lock_guard lk(mu_);
+        progress_.truncations_kept += cut.size();
+      }
       if (!finished.empty()) {
         std::vector<std::uint64_t> fresh(finished.size());
         for (auto& s : fresh) s = next_seed_++;
@@ -231,6 +242,11 @@ void RlJob::produce_ppo(std::uint64_t generation) {
     r.done = torch::stack(done);
     r.last_pooled = acted.pooled;
     r.last_state = obs.state.clone();
+    if (!cut_index.empty()) {
+      r.cut_index = torch::tensor(cut_index, torch::kLong);
+      r.cut_pooled = torch::cat(cut_pooled);
+      r.cut_state = torch::cat(cut_state);
+    }
     obs.still_current();
     if (!queue_.push(std::move(r))) break;
   }

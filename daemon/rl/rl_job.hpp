@@ -63,6 +63,9 @@ struct RlProgress {
   std::uint64_t version = 0;       // latest published
   std::uint64_t first_version = 0; // the starting policy
   std::uint64_t env_steps = 0, episodes = 0;
+  // PPO: episodes the limit cut short, and those whose true last observation the record kept
+  // for the value bootstrap (equal unless the job stopped between the two).
+  std::uint64_t truncated_episodes = 0, truncations_kept = 0;
   double recent_success = 0, recent_return = 0;  // over the last 100 training episodes
   double policy_loss = 0, value_loss = 0, entropy = 0;
   std::uint64_t records_dropped = 0, records_downweighted = 0;
@@ -102,7 +105,7 @@ class RlJob {
   // A loop's failure: reported to its role (restarted), or the job's end without a manager.
   void loop_failed(daemon::Role* role, std::uint64_t generation, const std::string& why);
   void fail(const std::string& why);
-  void episode_ended(bool success, float episode_return);
+  void episode_ended(bool success, float episode_return, bool truncated = false);
   struct Observer;
 
   const std::string tenant_;

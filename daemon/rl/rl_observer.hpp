@@ -71,6 +71,20 @@ struct RlJob::Observer {
     return acted;
   }
 
+  // The pooled features of some rows' current observations (an act on those rows alone): a
+  // truncated episode's true last observation, before its reset replaces it.
+  torch::Tensor features(const std::vector<std::int64_t>& rows) {
+    auto idx = torch::tensor(rows, torch::kLong);
+    PolicyPort::Acted acted;
+    {
+      daemon::RoleIdle waiting(job.rollout_role_.get());
+      acted = job.policy_.act(images.index_select(0, idx), tokens.index_select(0, idx),
+                              mask.index_select(0, idx).to(torch::kUInt8), state.index_select(0, idx));
+    }
+    still_current();
+    return acted.pooled;
+  }
+
   void still_current() const {
     if (job.rollout_role_ && !job.rollout_role_->current(generation)) throw Superseded{};
   }

@@ -19,6 +19,10 @@ struct Rollout {
   torch::Tensor done;      // [T, n] 1 where the episode ended at this step
   torch::Tensor alive;     // [T, n] 1 where the session was in an episode (GRPO pads finished ones)
   torch::Tensor last_pooled, last_state;  // PPO: the observation after step T-1 (value bootstrap)
+  // PPO: episodes the limit cut short (truncated, not terminated) bootstrap from the value of
+  // their true last observation, seen before the reset replaced it: [k] flat step indices
+  // (t * n + session), and that observation's pooled features [k, D] and state [k, S].
+  torch::Tensor cut_index, cut_pooled, cut_state;
   torch::Tensor episode_return;  // GRPO: [n] each session's episode return
   std::int64_t group_size = 0;   // GRPO: sessions [g*G, (g+1)*G) share a start state
   std::uint64_t version = 0;     // the oldest policy version that acted in the record

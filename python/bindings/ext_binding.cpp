@@ -34,6 +34,7 @@ class ExtConnection {
       m = schema::recv_ext(fd_, timeout, buffer_, why);
     }
     if (!m) return py::make_tuple("closed", why);
+    request_ = m->id();  // the next reply answers this request
     switch (m->body_type()) {
       case wire::ExtBody::ExtOpen: {
         const auto* o = m->body_as_ExtOpen();
@@ -57,14 +58,14 @@ class ExtConnection {
   bool send_spec(int image_size, int state_dim, int action_dim, int max_steps, const std::string& error) {
     flatbuffers::FlatBufferBuilder fbb(256);
     auto body = wire::CreateExtSpec(fbb, image_size, state_dim, action_dim, max_steps,
-                                    error.empty() ? 0 : fbb.CreateString(error));
+                                    error.empty() ? 0 : fbb.CreateString(error), schema::kExtProtocol);
     py::gil_scoped_release release;
-    return schema::send_ext(fd_, fbb, wire::ExtBody::ExtSpec, body.Union());
+    return schema::send_ext(fd_, fbb, wire::ExtBody::ExtSpec, body.Union(), request_);
   }
 
   // image: uint8 [H, W, 3] (or None with an error); state: float32 [state_dim].
   bool send_observation(double reward, bool done, bool success, py::object image, py::object state,
-                        const std::string& instruction, const std::string& error, bool bad_input) {
+                        const std::string& instruction, const std::string& error, bool bad_input, bool truncated) {
     using Bytes = py::array_t<std::uint8_t, py::array::c_style | py::array::forcecast>;
     using Floats = py::array_t<float, py::array::c_style | py::array::forcecast>;
     Bytes img = image.is_none() ? Bytes(std::vector<py::ssize_t>{0}) : Bytes::ensure(image);
@@ -74,13 +75,14 @@ class ExtConnection {
     auto body = wire::CreateExtObservation(
         fbb, static_cast<float>(reward), done, success, fbb.CreateVector(img.data(), static_cast<std::size_t>(img.size())),
         fbb.CreateVector(st.data(), static_cast<std::size_t>(st.size())), fbb.CreateString(instruction),
-        fbb.CreateString(error), bad_input);
+        fbb.CreateString(error), bad_input, truncated);
     py::gil_scoped_release release;
-    return schema::send_ext(fd_, fbb, wire::ExtBody::ExtObservation, body.Union());
+    return schema::send_ext(fd_, fbb, wire::ExtBody::ExtObservation, body.Union(), request_);
   }
 
  private:
   int fd_;
+  std::uint64_t request_ = 0;  // the id of the request last received: replies carry it
   std::vector<std::uint8_t> buffer_;
 };
 
@@ -94,7 +96,7 @@ void bind_ext(py::module_& m) {
            py::arg("max_steps"), py::arg("error") = "")
       .def("send_observation", &ExtConnection::send_observation, py::arg("reward"), py::arg("done"),
            py::arg("success"), py::arg("image"), py::arg("state"), py::arg("instruction") = "",
-           py::arg("error") = "", py::arg("bad_input") = false);
+           py::arg("error") = "", py::arg("bad_input") = false, py::arg("truncated") = false);
 }
 
 }  // namespace nexus::python

@@ -83,6 +83,7 @@ void bind_env_records(py::module_& m) {
   Record<EnvStepResult>(m, "EnvStepResult", "Per session: reward, done, success, failed, instruction, error.")
       .field("reward", &EnvStepResult::reward).field("done", &EnvStepResult::done)
       .field("success", &EnvStepResult::success).field("failed", &EnvStepResult::failed)
+      .field("truncated", &EnvStepResult::truncated)
       .field("instructions", &EnvStepResult::instructions).field("errors", &EnvStepResult::errors);
   Record<DatasetInfo>(m, "DatasetInfo", "A demonstration file as nexusd loaded it.")
       .field("episodes", &DatasetInfo::episodes).field("train_episodes", &DatasetInfo::train_episodes)

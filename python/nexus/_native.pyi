@@ -61,9 +61,10 @@ class EnvSessions:
 
 class EnvStepResult:
     reward: list[float]
-    done: list[bool]
+    done: list[bool]       # terminated or truncated
     success: list[bool]
     failed: list[bool]
+    truncated: list[bool]  # done by the episode limit: bootstrap from the state's value
     instructions: list[str]
     errors: list[str]
 
@@ -280,7 +281,7 @@ class ExtConnection:
     def send_spec(self, image_size: int, state_dim: int, action_dim: int, max_steps: int, error: str = "") -> bool: ...
     def send_observation(self, reward: float, done: bool, success: bool, image: Optional[np.ndarray],
                          state: Optional[np.ndarray], instruction: str = "", error: str = "",
-                         bad_input: bool = False) -> bool: ...
+                         bad_input: bool = False, truncated: bool = False) -> bool: ...
 
 def error_codes() -> dict[str, int]: ...
 def tokenize(text: str, tokens: Tensor, token_mask: Tensor, row: int) -> None: ...

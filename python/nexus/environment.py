@@ -15,9 +15,10 @@ come from observation_space["image"|"state"] and action_space when they exist (g
 spaces), else from the attributes image_size, state_dim, action_dim; the episode limit from
 max_steps (else env.spec.max_episode_steps, else the one nexusd asked for).
 
-The protocol (nexus.fbs, ExtMessage) is framed and verified by the C++ extension, the same code
-nexusd uses. Its `done` is `terminated or truncated`: the protocol does not yet carry the two
-apart (docs/design/env-rl.md).
+The protocol (nexus.fbs, ExtMessage; version 2) is framed and verified by the C++ extension, the
+same code nexusd uses, which also echoes each request's id in its reply. An episode that reaches
+its limit without the env terminating it is sent as truncated (RL jobs bootstrap its value);
+terminated episodes as done alone (docs/design/env-rl.md).
 """
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ class _Session:
                 steps += 1
                 self.counter.add()
                 done = bool(terminated or truncated or steps >= limit)
-                ok = self._send(env, obs, info, float(reward), done)
+                ok = self._send(env, obs, info, float(reward), done, done and not terminated)
             else:
                 break
             if not ok:
@@ -116,11 +117,12 @@ class _Session:
             return "an action must be finite"
         return ""
 
-    def _send(self, env: Any, obs: dict, info: dict, reward: float, done: bool) -> bool:
+    def _send(self, env: Any, obs: dict, info: dict, reward: float, done: bool, truncated: bool = False) -> bool:
         info = info or {}
         instruction = info.get("instruction", getattr(env, "instruction", ""))
         return self.ext.send_observation(reward, done, bool(info.get("success", False)), obs["image"],
-                                         np.asarray(obs["state"], dtype=np.float32).ravel(), str(instruction))
+                                         np.asarray(obs["state"], dtype=np.float32).ravel(), str(instruction),
+                                         truncated=truncated)
 
 
 class _Counter:

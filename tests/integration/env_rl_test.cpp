@@ -1,6 +1,7 @@
 // The Environment Service and RL jobs through nexusd, with real tenant processes and libnexus:
 // sessions belong to their tenant, bad requests are typed errors, a PPO job publishes versions
-// that eval_tenant evaluates without changing the slot.
+// that eval_tenant evaluates without changing the slot; external simulators speak protocol 2
+// (request ids, the version handshake, truncated episode ends).
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -187,4 +188,65 @@ TEST_CASE("an external environment killed mid-episode fails its sessions alone, 
   ::kill(sim, SIGKILL);
   wait_exit(sim, std::chrono::seconds(10));
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+}
+
+TEST_CASE("external environments speak protocol 2: ids catch an extra reply, versions are checked, episode limits truncate",
+          "[integration][model][env]") {
+  TempDir dir;
+  std::vector<pid_t> sims;
+  auto start_sim = [&](const std::string& name, std::vector<std::string> extra) {
+    const std::string socket = dir.path + "/" + name + ".sock";
+    std::vector<std::string> argv{NEXUS_TEST_EXTERNAL_ENV, "--socket", socket};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    sims.push_back(spawn(argv, {.stdout_path = dir.path + "/" + name + ".out"}));
+    REQUIRE(eventually([&] { return ::access(socket.c_str(), F_OK) == 0; }, std::chrono::seconds(10)));
+    return name + "=" + socket;
+  };
+  const auto good = start_sim("good", {}), chatty = start_sim("chatty", {"--extra-reply-after", "2"}),
+             old = start_sim("old", {"--protocol", "1"});
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn",
+                 "--external-env", good, "--external-env", chatty, "--external-env", old});
+  auto c = attach(daemon, "alice");
+  // A simulator of another protocol version is refused at open, saying so.
+  try {
+    c->env_open("old:reach", 1);
+    FAIL("a protocol-1 simulator was accepted");
+  } catch (const nexus::Error& e) {
+    CHECK(e.code() == nexus::ErrorCode::EnvFailed);
+    CHECK_THAT(e.what(), Catch::Contains("protocol 1") && Catch::Contains("nexusd speaks 2"));
+  }
+  // Built-in and external sessions alike end at the limit of 3 steps as truncated, not terminated.
+  for (const std::string task : {"reach", "good:reach"}) {
+    const auto s = c->env_open(task, 1, 3);
+    const std::int64_t h = s.image_size;
+    auto images = c->alloc(nexus::DType::UInt8, {1, 1, h, h, 3});
+    auto state = c->alloc(nexus::DType::Float32, {1, 4});
+    const std::vector<std::uint64_t> seed{5};
+    const std::vector<float> still(2, 0.f);
+    REQUIRE(c->env_reset(s.ids, seed, images, state).errors[0].empty());
+    for (int i = 1; i <= 3; ++i) {
+      const auto r = c->env_step(s.ids, still, images, state);
+      INFO(task << " step " << i << ": " << r.errors[0]);
+      REQUIRE(r.errors[0].empty());
+      CHECK(r.done[0] == (i == 3));
+      CHECK(r.truncated[0] == (i == 3));
+      CHECK_FALSE(r.success[0]);
+    }
+  }
+  // A simulator that sends one reply twice: the next step gets the duplicate, whose id is the
+  // previous request's. The session fails, saying so, instead of every later reply being one behind.
+  const auto s = c->env_open("chatty:reach", 1);
+  const std::int64_t h = s.image_size;
+  auto images = c->alloc(nexus::DType::UInt8, {1, 1, h, h, 3});
+  auto state = c->alloc(nexus::DType::Float32, {1, 4});
+  const std::vector<std::uint64_t> seed{5};
+  const std::vector<float> act(2, 0.2f);
+  REQUIRE(c->env_reset(s.ids, seed, images, state).errors[0].empty());
+  CHECK(c->env_step(s.ids, act, images, state).errors[0].empty());
+  CHECK(c->env_step(s.ids, act, images, state).errors[0].empty());  // its reply is sent twice
+  const auto r = c->env_step(s.ids, act, images, state);
+  CHECK(r.failed[0]);
+  CHECK_THAT(r.errors[0], Catch::Contains("a late or extra reply"));
+  CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+  for (pid_t p : sims) ::kill(p, SIGKILL), wait_exit(p, std::chrono::seconds(10));
 }

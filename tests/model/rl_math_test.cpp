@@ -44,6 +44,22 @@ TEST_CASE("gae matches GAE(lambda) worked by hand, with and without an episode e
   require_near(adv.select(1, 1), {0.572, -0.4, 1.88});
 }
 
+TEST_CASE("gae bootstraps a truncated episode from its true last observation's value, worked by hand", "[rl]") {
+  // As above, but session 1's episode was cut short by the episode limit at step 1 (truncated, not
+  // terminated): its true last observation, replaced by the reset, was worth 0.6.
+  auto reward = torch::stack({col({1, 1}), col({0, 0}), col({2, 2})});
+  auto value = torch::stack({col({0.5, 0.5}), col({0.4, 0.4}), col({0.3, 0.3})});
+  auto done = torch::stack({col({0, 0}), col({0, 1}), col({0, 0})});
+  auto cut = torch::stack({col({0, 0}), col({0, 0.6}), col({0, 0})});
+  auto [adv, ret] = nexus::rl::gae(reward, value, done, col({0.2, 0.2}), 0.9, 0.8, cut);
+  require_near(adv.select(1, 0), {1.740992, 1.2236, 1.88});  // session 0: no cut, as before
+  // Session 1:  A2 = 1.88 (the next episode);
+  //             d1 = 0 + 0.9*0.6 - 0.4 = 0.14, and still nothing flows back across the end: A1 = 0.14
+  //             A0 = 0.86 + 0.72*0.14 = 0.9608
+  require_near(adv.select(1, 1), {0.9608, 0.14, 1.88});
+  require_near(ret.select(1, 1), {1.4608, 0.54, 2.18});
+}
+
 TEST_CASE("group_relative centres and scales each group by its own population std", "[rl]") {
   // Groups of 3: {1, 2, 3} has mean 2 and population std sqrt(2/3) = 0.816497, so +-1.224745;
   // {5, 5, 5} has no spread: every advantage 0 (the epsilon keeps it finite).

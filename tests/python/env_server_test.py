@@ -42,6 +42,22 @@ with Daemon("--external-env", f"py={sim_socket}") as d:
               f"state {state.numpy()[0]} vs {expected['state']}")
         check(r.errors[1] != "" and not r.failed[1], f"a NaN action is refused as the caller's: {r.errors[1]!r}")
         check(c.env_close(envs.ids) == 2, "both sessions close")
+        # Episode ends cross the protocol apart: the limit truncates (the state is not terminal),
+        # reaching the goal terminates.
+        one = c.env_open("py:point", 1, 3)
+        img1, st1 = c.alloc("uint8", [1, 1, bb.image_size, bb.image_size, 3]), c.alloc("float32", [1, 4])
+        c.env_reset(one.ids, [7], img1, st1)
+        ends = [c.env_step(one.ids, np.zeros((1, 2), np.float32), img1, st1) for _ in range(3)]
+        check([(e.done[0], e.truncated[0], e.success[0]) for e in ends] == [(False, False, False)] * 2 + [(True, True, False)],
+              f"the episode limit truncates: {[(e.done, e.truncated) for e in ends]}")
+        goal = c.env_open("py:point", 1, 30)
+        c.env_reset(goal.ids, [7], img1, st1)
+        for _ in range(30):
+            agent, target = st1.numpy()[0, :2], st1.numpy()[0, 2:]
+            e = c.env_step(goal.ids, np.clip((target - agent) / 0.1, -1, 1).astype(np.float32)[None], img1, st1)
+            if e.done[0]:
+                break
+        check(e.done[0] and e.success[0] and not e.truncated[0], f"reaching the goal terminates: {e.done} {e.truncated}")
         e = raises(nexus.EnvFailed, lambda: c.env_open("py:nosuch", 1), "a task the simulator does not serve")
         check(e is not None and "nosuch" in str(e), "the refusal carries the simulator's reason")
 

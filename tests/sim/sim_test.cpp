@@ -6,6 +6,7 @@
 #include "sim/task.hpp"
 
 using nexus::sim::make_task;
+using nexus::sim::StepResult;
 using nexus::sim::TaskError;
 
 namespace {
@@ -46,12 +47,22 @@ TEST_CASE("a reset is a function of its seed, episodes end at success or the lim
     CHECK(a->instruction() == b->instruction());
     b->reset(43);
     CHECK(a->sim_state() != b->sim_state());
-    // Standing still never succeeds: the episode ends at its limit.
+    // Standing still never succeeds: the episode ends at its limit, truncated (not terminal).
     const float still[2] = {0, 0};
-    while (!a->done()) a->step(still);
+    StepResult last;
+    while (!a->done()) {
+      last = a->step(still);
+      CHECK(last.truncated == last.done);
+    }
     CHECK(a->steps() == a->max_steps());
     CHECK_FALSE(a->success());
+    CHECK(last.truncated);
     CHECK_THROWS_AS(a->step(still), TaskError);
+    // The expert ends it by the task: terminated, not truncated.
+    a->reset(42);
+    while (!a->done()) last = a->step(a->expert_action());
+    CHECK(last.success);
+    CHECK_FALSE(last.truncated);
   }
 }
 

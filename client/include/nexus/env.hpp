@@ -21,10 +21,12 @@ struct EnvSessions {
 };
 
 // Per session. error non-empty: no new observation for it; failed: the session broke (not your
-// input) and stays broken: close it and open another.
+// input) and stays broken: close it and open another. done: the episode ended, either by the
+// task (terminated: done and not truncated) or by its limit (truncated: the state is not
+// terminal, so a learner bootstraps from its value).
 struct EnvStepResult {
   std::vector<float> reward;
-  std::vector<bool> done, success, failed;
+  std::vector<bool> done, success, failed, truncated;
   std::vector<std::string> instructions, errors;
 };
 
