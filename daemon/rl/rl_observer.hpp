@@ -61,28 +61,26 @@ struct RlJob::Observer {
     return out;
   }
 
-  PolicyPort::Acted act() {
-    PolicyPort::Acted acted;
-    {
-      daemon::RoleIdle waiting(job.rollout_role_.get());  // on the Inference Queue, not in a simulator
-      acted = job.policy_.act(images, tokens, mask.to(torch::kUInt8), state);
-    }
-    still_current();
-    return acted;
-  }
+  PolicyPort::Acted act() { return act_on(images, tokens, mask, state); }
 
   // The pooled features of some rows' current observations (an act on those rows alone): a
   // truncated episode's true last observation, before its reset replaces it.
   torch::Tensor features(const std::vector<std::int64_t>& rows) {
     auto idx = torch::tensor(rows, torch::kLong);
+    return act_on(images.index_select(0, idx), tokens.index_select(0, idx), mask.index_select(0, idx),
+                  state.index_select(0, idx))
+        .pooled;
+  }
+
+  PolicyPort::Acted act_on(const torch::Tensor& img, const torch::Tensor& tok, const torch::Tensor& msk,
+                           const torch::Tensor& st) {
     PolicyPort::Acted acted;
     {
-      daemon::RoleIdle waiting(job.rollout_role_.get());
-      acted = job.policy_.act(images.index_select(0, idx), tokens.index_select(0, idx),
-                              mask.index_select(0, idx).to(torch::kUInt8), state.index_select(0, idx));
+      daemon::RoleIdle waiting(job.rollout_role_.get());  // on the Inference Queue, not in a simulator
+      acted = job.policy_.act(img, tok, msk.to(torch::kUInt8), st);
     }
     still_current();
-    return acted.pooled;
+    return acted;
   }
 
   void still_current() const {

@@ -37,6 +37,19 @@ nexus::ErrorCode error_of(F&& f) {
   return nexus::ErrorCode::None;
 }
 
+// One session of `task`, opened with `max_steps` and reset with seed 5, and its observation tensors.
+struct OneSession {
+  std::vector<std::uint64_t> ids;
+  nexus::Tensor images, state;
+};
+OneSession open_one(nexus::Client& c, const std::string& task, std::int32_t max_steps = 0) {
+  const auto s = c.env_open(task, 1, max_steps);
+  const std::int64_t h = s.image_size;
+  OneSession one{s.ids, c.alloc(nexus::DType::UInt8, {1, 1, h, h, 3}), c.alloc(nexus::DType::Float32, {1, 4})};
+  const std::vector<std::uint64_t> seed{5};
+  REQUIRE(c.env_reset(one.ids, seed, one.images, one.state).errors[0].empty());
+  return one;
+}
 
 }  // namespace
 
@@ -217,15 +230,10 @@ TEST_CASE("external environments speak protocol 2: ids catch an extra reply, ver
   }
   // Built-in and external sessions alike end at the limit of 3 steps as truncated, not terminated.
   for (const std::string task : {"reach", "good:reach"}) {
-    const auto s = c->env_open(task, 1, 3);
-    const std::int64_t h = s.image_size;
-    auto images = c->alloc(nexus::DType::UInt8, {1, 1, h, h, 3});
-    auto state = c->alloc(nexus::DType::Float32, {1, 4});
-    const std::vector<std::uint64_t> seed{5};
+    auto s = open_one(*c, task, 3);
     const std::vector<float> still(2, 0.f);
-    REQUIRE(c->env_reset(s.ids, seed, images, state).errors[0].empty());
     for (int i = 1; i <= 3; ++i) {
-      const auto r = c->env_step(s.ids, still, images, state);
+      const auto r = c->env_step(s.ids, still, s.images, s.state);
       INFO(task << " step " << i << ": " << r.errors[0]);
       REQUIRE(r.errors[0].empty());
       CHECK(r.done[0] == (i == 3));
@@ -235,16 +243,11 @@ TEST_CASE("external environments speak protocol 2: ids catch an extra reply, ver
   }
   // A simulator that sends one reply twice: the next step gets the duplicate, whose id is the
   // previous request's. The session fails, saying so, instead of every later reply being one behind.
-  const auto s = c->env_open("chatty:reach", 1);
-  const std::int64_t h = s.image_size;
-  auto images = c->alloc(nexus::DType::UInt8, {1, 1, h, h, 3});
-  auto state = c->alloc(nexus::DType::Float32, {1, 4});
-  const std::vector<std::uint64_t> seed{5};
+  auto s = open_one(*c, "chatty:reach");
   const std::vector<float> act(2, 0.2f);
-  REQUIRE(c->env_reset(s.ids, seed, images, state).errors[0].empty());
-  CHECK(c->env_step(s.ids, act, images, state).errors[0].empty());
-  CHECK(c->env_step(s.ids, act, images, state).errors[0].empty());  // its reply is sent twice
-  const auto r = c->env_step(s.ids, act, images, state);
+  CHECK(c->env_step(s.ids, act, s.images, s.state).errors[0].empty());
+  CHECK(c->env_step(s.ids, act, s.images, s.state).errors[0].empty());  // its reply is sent twice
+  const auto r = c->env_step(s.ids, act, s.images, s.state);
   CHECK(r.failed[0]);
   CHECK_THAT(r.errors[0], Catch::Contains("a late or extra reply"));
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
