@@ -11,6 +11,8 @@ struct GroupOptions {
   std::vector<int> tenants = {1, 2, 4, 8};
   std::vector<int> batches = {1, 2, 4, 8};
   int rounds = 4;              // requests per tenant per cell (after one warm-up round)
+  int repeats = 3;             // each cell measured this often; medians and spreads reported
+  int replicas = 1;            // > 1: also a daemon with that many CPU replicas, against one
   bool json = false;
   std::string csv = "group.csv";
   std::string png = "group.png";
@@ -26,7 +28,7 @@ struct InProcess {
 };
 InProcess inprocess_throughput(const std::string& backbone, int tenants, int batch, int rounds);
 double backbone_flops_per_sample(const std::string& backbone);
-double peak_gemm_flops();  // float32 GEMM measured now, same threads
+double peak_gemm_flops();  // float32 GEMM measured now, same threads: best of 5
 
 int run_group(const GroupOptions& options);
 

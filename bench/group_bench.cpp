@@ -1,8 +1,12 @@
 // nexus-bench group: for tenants x local batch, the throughput of shared backbone passes when the
 // daemon groups the tenants' requests vs when it runs them one by one (B = 1), and the same two
 // in-process with no IPC as the ceiling; the backbone's achieved FLOP/s against a float32 GEMM
-// measured in the same run; the daemon's RSS with 8 tenants attached against 1.
+// measured in the same run; the daemon's RSS with 8 tenants attached against 1; with
+// --replicas N, a daemon with N CPU backbone replicas against one. Every cell is repeated
+// (--repeats): medians and spreads, so two runs can be compared.
+#include <algorithm>
 #include <barrier>
+#include <memory>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -65,14 +69,34 @@ double rss_mib(pid_t pid) {
 
 }  // namespace
 
+// A cell's figure over its repeats: the median, and the spread as (max - min) / median.
+struct Figure {
+  double median = 0, spread = 0;
+};
+
+Figure summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  const double median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  return {median, median > 0 ? (v.back() - v.front()) / median : 0};
+}
+
 int run_group(const GroupOptions& o) {
-  const double peak = peak_gemm_flops();
+  // The GEMM peak is measured again before every repeat of every cell, and the best kept: a
+  // peak taken once, before the cells, was sometimes below what the backbone then achieved.
+  double peak = peak_gemm_flops();
   const double flops_per_sample = backbone_flops_per_sample(o.backbone);
-  std::fprintf(stderr, "[group] %s backbone: %.2f GFLOP per sample; float32 GEMM peak here %.1f GFLOP/s\n",
-               o.backbone.c_str(), flops_per_sample / 1e9, peak / 1e9);
+  std::fprintf(stderr, "[group] %s backbone: %.2f GFLOP per sample; %d repeats per cell\n", o.backbone.c_str(),
+               flops_per_sample / 1e9, o.repeats);
 
   test::Daemon grouped({"--backbone", o.backbone, "--log-level", "warn"}, o.nexusd);
   test::Daemon serial({"--backbone", o.backbone, "--batch-samples", "1", "--log-level", "warn"}, o.nexusd);
+  std::unique_ptr<test::Daemon> replicated;
+  if (o.replicas > 1) {
+    std::vector<std::string> args = {"--backbone", o.backbone, "--log-level", "warn", "--devices"};
+    for (int i = 0; i < o.replicas; ++i) args.push_back("cpu");
+    replicated = std::make_unique<test::Daemon>(args, o.nexusd);
+  }
 
   // Memory: one backbone copy however many tenants attach.
   double rss1 = 0, rss8 = 0;
@@ -90,30 +114,46 @@ int run_group(const GroupOptions& o) {
   nlohmann::json cells = nlohmann::json::array();
   std::ofstream csv(o.csv);
   csv << "tenants,batch,daemon_grouped_sps,daemon_serial_sps,speedup_daemon,inprocess_grouped_sps,"
-         "inprocess_serial_sps,speedup_inprocess\n";
+         "inprocess_serial_sps,speedup_inprocess,speedup_daemon_spread,speedup_inprocess_spread,replica_speedup\n";
   // efficiency: the daemon's grouped speedup as a share of the in-process one (target >= 95%).
-  std::printf("%7s %5s | %12s %12s %8s | %12s %12s %8s | %10s\n", "tenants", "batch", "daemon grp/s", "daemon ser/s",
-              "speedup", "inproc grp/s", "inproc ser/s", "speedup", "efficiency");
-  double speedup_daemon_8x1 = 0, speedup_inproc_8x1 = 0, best_sps = 0, serial_8x1 = 0;
+  // Speedups are medians over the repeats of each repeat's ratio (both sides measured back to
+  // back); +-: the spread of those ratios. replicas: the replicated daemon's grouped throughput
+  // against the one-replica daemon's, in the same repeat.
+  std::printf("%7s %5s | %12s %12s %13s | %12s %12s %13s | %10s%s\n", "tenants", "batch", "daemon grp/s", "daemon ser/s",
+              "speedup", "inproc grp/s", "inproc ser/s", "speedup", "efficiency", o.replicas > 1 ? " | replicas" : "");
+  Figure daemon_8x1, inproc_8x1, replica_8x1;
+  double best_sps = 0, serial_8x1 = 0;
   for (int t : o.tenants)
     for (int b : o.batches) {
       std::fprintf(stderr, "[group] %d tenants x batch %d ...\n", t, b);
-      const double dg = daemon_throughput(grouped.socket(), "g", t, b, o.rounds);
-      const double ds = daemon_throughput(serial.socket(), "s", t, b, o.rounds);
-      const auto ip = inprocess_throughput(o.backbone, t, b, o.rounds);
-      const double sd = dg / ds, si = ip.grouped_sps / ip.serial_sps;
-      best_sps = std::max(best_sps, ip.grouped_sps);
-      if (t == 8 && b == 1) {
-        speedup_daemon_8x1 = sd;
-        speedup_inproc_8x1 = si;
-        serial_8x1 = ds;
+      std::vector<double> dg, ds, ig, is, sd, si, sr;
+      for (int rep = 0; rep < o.repeats; ++rep) {
+        peak = std::max(peak, peak_gemm_flops());
+        const std::string tag = "r" + std::to_string(rep);
+        dg.push_back(daemon_throughput(grouped.socket(), "g" + tag, t, b, o.rounds));
+        ds.push_back(daemon_throughput(serial.socket(), "s" + tag, t, b, o.rounds));
+        const auto ip = inprocess_throughput(o.backbone, t, b, o.rounds);
+        ig.push_back(ip.grouped_sps), is.push_back(ip.serial_sps);
+        sd.push_back(dg.back() / ds.back()), si.push_back(ip.grouped_sps / ip.serial_sps);
+        if (replicated) sr.push_back(daemon_throughput(replicated->socket(), "m" + tag, t, b, o.rounds) / dg.back());
       }
-      std::printf("%7d %5d | %12.1f %12.1f %7.2fx | %12.1f %12.1f %7.2fx | %9.0f%%\n", t, b, dg, ds, sd, ip.grouped_sps,
-                  ip.serial_sps, si, 100 * sd / si);
-      csv << t << "," << b << "," << dg << "," << ds << "," << sd << "," << ip.grouped_sps << "," << ip.serial_sps
-          << "," << si << "\n";
-      cells.push_back({{"tenants", t}, {"batch", b}, {"speedup_daemon", sd}, {"speedup_inprocess", si},
-                       {"daemon_grouped_sps", dg}, {"inprocess_grouped_sps", ip.grouped_sps}});
+      const auto fdg = summarize(dg), fds = summarize(ds), fig = summarize(ig), fis = summarize(is);
+      const auto fsd = summarize(sd), fsi = summarize(si), fsr = replicated ? summarize(sr) : Figure{};
+      best_sps = std::max(best_sps, fig.median);
+      if (t == 8 && b == 1) daemon_8x1 = fsd, inproc_8x1 = fsi, replica_8x1 = fsr, serial_8x1 = fds.median;
+      std::printf("%7d %5d | %12.1f %12.1f %6.2fx+-%3.0f%% | %12.1f %12.1f %6.2fx+-%3.0f%% | %9.0f%%", t, b, fdg.median,
+                  fds.median, fsd.median, 100 * fsd.spread, fig.median, fis.median, fsi.median, 100 * fsi.spread,
+                  100 * fsd.median / fsi.median);
+      if (replicated) std::printf(" | %6.2fx+-%3.0f%%", fsr.median, 100 * fsr.spread);
+      std::printf("\n");
+      csv << t << "," << b << "," << fdg.median << "," << fds.median << "," << fsd.median << "," << fig.median << ","
+          << fis.median << "," << fsi.median << "," << fsd.spread << "," << fsi.spread << "," << fsr.median << "\n";
+      nlohmann::json cell = {{"tenants", t}, {"batch", b}, {"speedup_daemon", fsd.median},
+                             {"speedup_daemon_spread", fsd.spread}, {"speedup_inprocess", fsi.median},
+                             {"speedup_inprocess_spread", fsi.spread}, {"daemon_grouped_sps", fdg.median},
+                             {"inprocess_grouped_sps", fig.median}};
+      if (replicated) cell["replica_speedup"] = fsr.median, cell["replica_speedup_spread"] = fsr.spread;
+      cells.push_back(cell);
     }
   csv.close();
 
@@ -124,11 +164,12 @@ int run_group(const GroupOptions& o) {
     test::Daemon deterministic({"--backbone", o.backbone, "--deterministic", "--log-level", "warn"}, o.nexusd);
     speedup_deterministic_8x1 = daemon_throughput(deterministic.socket(), "d", 8, 1, o.rounds) / serial_8x1;
     std::printf("deterministic mode at 8x1: %.2fx the serial daemon (grouped: %.2fx)\n", speedup_deterministic_8x1,
-                speedup_daemon_8x1);
+                daemon_8x1.median);
   }
   const double flops_fraction = best_sps * flops_per_sample / peak;
-  std::printf("backbone achieved %.1f GFLOP/s at best (in-process, grouped) = %.0f%% of the GEMM peak\n",
-              best_sps * flops_per_sample / 1e9, 100 * flops_fraction);
+  std::printf("backbone achieved %.1f GFLOP/s at best (in-process, grouped, median of its repeats) = %.0f%% of the "
+              "GEMM peak (%.1f GFLOP/s, best of every measurement)\n",
+              best_sps * flops_per_sample / 1e9, 100 * flops_fraction, peak / 1e9);
   std::printf("daemon RSS with 8 tenants / with 1: %.3f\n", rss8 / rss1);
   std::printf("wrote %s", o.csv.c_str());
   if (!o.python.empty() && !o.png.empty()) {
@@ -138,13 +179,19 @@ int run_group(const GroupOptions& o) {
   std::printf("\n");
   if (o.json) {
     nlohmann::json j = {{"backbone", o.backbone},
-                        {"speedup_daemon", speedup_daemon_8x1},
-                        {"speedup_inprocess", speedup_inproc_8x1},
-                        {"daemon_share_of_inprocess_speedup", speedup_daemon_8x1 / speedup_inproc_8x1},
+                        {"repeats", o.repeats},
+                        {"speedup_daemon", daemon_8x1.median},
+                        {"speedup_daemon_spread", daemon_8x1.spread},
+                        {"speedup_inprocess", inproc_8x1.median},
+                        {"speedup_inprocess_spread", inproc_8x1.spread},
+                        {"daemon_share_of_inprocess_speedup", daemon_8x1.median / inproc_8x1.median},
+                        {"peak_gemm_gflops", peak / 1e9},
                         {"flops_fraction_of_peak", flops_fraction},
                         {"rss_ratio_8_vs_1", rss8 / rss1},
                         {"speedup_deterministic", speedup_deterministic_8x1},
                         {"cells", cells}};
+    if (replicated) j["replicas"] = o.replicas, j["replica_speedup"] = replica_8x1.median,
+                    j["replica_speedup_spread"] = replica_8x1.spread;
     std::printf("%s\n", j.dump().c_str());
   }
   return 0;

@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
   group_cmd->add_option("--tenants", group.tenants, "tenant counts")->delimiter(',');
   group_cmd->add_option("--batch", group.batches, "local batch sizes")->delimiter(',');
   group_cmd->add_option("--rounds", group.rounds, "timed requests per tenant per cell");
+  group_cmd->add_option("--repeats", group.repeats, "measurements per cell (median and spread)")->check(CLI::Range(1, 50));
+  group_cmd->add_option("--replicas", group.replicas, "also a daemon with this many CPU replicas (--devices), against one")
+      ->check(CLI::Range(1, 8));
   group_cmd->add_option("--csv", group.csv, "CSV output");
   group_cmd->add_option("--png", group.png, "plot output (empty: none)");
   group_cmd->add_flag("--json", group.json, "last line: one JSON object of figures");

@@ -9,6 +9,7 @@ include(GNUInstallDirs)
 set(NEXUS_SYSTEMD_UNIT_DIR "${CMAKE_INSTALL_PREFIX}/lib/systemd/system" CACHE PATH "systemd unit files")
 configure_file(${PROJECT_SOURCE_DIR}/systemd/nexusd.service.in ${PROJECT_BINARY_DIR}/systemd/nexusd.service @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/systemd/nexusd.service ${PROJECT_SOURCE_DIR}/systemd/nexusd.socket
+              ${PROJECT_SOURCE_DIR}/systemd/nvidia-mps.service  # optional: not enabled by the package
         DESTINATION ${NEXUS_SYSTEMD_UNIT_DIR})
 install(FILES ${PROJECT_SOURCE_DIR}/systemd/sysusers.d/nexus.conf DESTINATION ${CMAKE_INSTALL_PREFIX}/lib/sysusers.d)
 install(FILES ${PROJECT_SOURCE_DIR}/systemd/tmpfiles.d/nexus.conf DESTINATION ${CMAKE_INSTALL_PREFIX}/lib/tmpfiles.d)

@@ -25,6 +25,7 @@ std::atomic<nexus::daemon::Reactor*> g_reactor{nullptr};  // for the signal hand
 nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) {
   nexus::daemon::MasterConfig m;
   m.model.backbone = c.backbone;
+  m.model.devices = c.devices;
   m.model.weights = nexus::daemon::resolve_weights(c);
   m.model.batch = {c.batch_samples, c.batch_wait};
   m.model.group_window_s = c.group_window_ms / 1000.0;
@@ -34,7 +35,7 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.model.max_request_gflop = c.max_request_gflop;
   m.model.versions_kept = static_cast<int>(c.versions_kept);
   m.model.idle_evict = c.idle_evict;
-  for (const auto& [name, w] : c.tenants) m.model.tenants[name] = {w.weight, w.priority};
+  for (const auto& [name, w] : c.tenants) m.model.tenants[name] = {w.weight, w.priority, w.replica};
   m.env.workers = static_cast<int>(c.env_workers);
   m.external_envs = c.external_envs;
   m.external_timeouts = {c.external_open_timeout, c.external_step_timeout};
@@ -69,6 +70,8 @@ int main(int argc, char** argv) {
   std::uint64_t max_segment_mib = 0;
   bool version = false, check_config = false;
   std::string backbone, weights, state_dir;
+  std::vector<std::string> devices;
+  bool allow_regions = false;
   std::uint32_t batch_samples = 0;
   long batch_wait_us = -1;
   bool deterministic = false;
@@ -83,8 +86,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-tenants", max_tenants, "tenants attached at once");
   app.add_option("--max-segment-mib", max_segment_mib, "per-tenant segment cap in MiB");
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error");
-  app.add_option("--backbone", backbone, "resident backbone: tiny, small, torchscript (a user module), or none");
-  app.add_option("--weights", weights, "tiny/small: weights (.safetensors; default: tiny's embedded pretrained weights; 'seeded': the untrained init); torchscript: the .pt file");
+  app.add_option("--backbone", backbone, "resident backbone: tiny, small, torchscript or aoti (a user module: .pt or .pt2), or none");
+  app.add_option("--devices", devices, "one backbone replica per device ([model] devices), e.g. --devices cpu cpu")->expected(1, 16);
+  app.add_flag("--allow-device-regions", allow_regions, "tenants may register regions of their own ([ipc] allow_device_regions)");
+  app.add_option("--weights", weights, "tiny/small: weights (.safetensors; default: tiny's embedded pretrained weights; 'seeded': the untrained init); torchscript: the .pt file; aoti: the .pt2 package");
   app.add_option("--state-dir", state_dir, "where checkpoints are kept (default /var/lib/nexus)");
   app.add_option("--batch-samples", batch_samples, "B: a group flushes at this many samples");
   app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");
@@ -121,6 +126,8 @@ int main(int argc, char** argv) {
   if (max_segment_mib > 0) config.max_segment_bytes = max_segment_mib << 20;
   if (!log_level.empty()) config.log_level = log_level;
   if (!backbone.empty()) config.backbone = backbone;
+  if (!devices.empty()) config.devices = devices;
+  if (allow_regions) config.allow_device_regions = true;
   if (!weights.empty()) config.weights = weights;
   if (!state_dir.empty()) config.state_dir = state_dir;
   if (batch_samples > 0) config.batch_samples = batch_samples;

@@ -60,7 +60,9 @@ int status_command(const std::string& socket, bool json_out) {
               {"env_sessions", s.env_sessions}, {"dataset_bytes", s.dataset_bytes}, {"rerun_groups", s.rerun_groups},
               {"longest_training_turn_s", s.longest_training_turn_s},
               {"health_restarts", s.health_restarts}, {"health", s.health},
-              {"services", services_json(s)}, {"tenants", json::array()}};
+              {"services", services_json(s)}, {"tenants", json::array()}, {"replicas", json::array()}};
+    for (const auto& r : s.replicas)
+      j["replicas"].push_back({{"device", r.device}, {"tenants", r.tenants}, {"groups", r.groups}, {"samples", r.samples}});
     for (const auto& t : s.tenants)
       j["tenants"].push_back({{"name", t.name}, {"uid", t.uid}, {"pid", t.pid}, {"session_id", t.session_id},
                               {"segment_bytes", t.segment_bytes}, {"requests", t.requests}, {"errors", t.errors},
@@ -76,6 +78,11 @@ int status_command(const std::string& socket, bool json_out) {
                 static_cast<unsigned long long>(s.model_requests),
                 s.model_groups ? double(s.model_requests) / double(s.model_groups) : 0.0,
                 static_cast<unsigned long long>(s.model_samples));
+    std::string devices;
+    for (const auto& r : s.replicas)
+      devices += (devices.empty() ? "" : ", ") + r.device + " (" + std::to_string(r.tenants) + " tenant(s), " +
+                 std::to_string(r.groups) + " passes)";
+    if (!devices.empty()) std::printf("devices: %s\n", devices.c_str());
     const double wall = s.usage_wall_s > 0 ? s.usage_wall_s : 1;
     std::printf("busy: training %.0f%%, inference %.0f%%, environment %.0f%%; queued: %llu inference, %llu training\n",
                 100 * s.training_busy_s / wall, 100 * s.inference_busy_s / wall, 100 * s.environment_busy_s / wall,

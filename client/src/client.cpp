@@ -5,7 +5,7 @@
 
 namespace nexus {
 
-static_assert(static_cast<int>(ErrorCode::Cancelled) == static_cast<int>(wire::ErrorCode::MAX),
+static_assert(static_cast<int>(ErrorCode::UnknownRegion) == static_cast<int>(wire::ErrorCode::MAX),
               "nexus::ErrorCode mirrors nexus.fbs ErrorCode");
 static_assert(static_cast<int>(DType::Float64) == static_cast<int>(wire::DType::Float64),
               "nexus::DType mirrors nexus.fbs DType");
@@ -43,6 +43,8 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
   if (this != &o) {
     if (arena_) arena_->release(offset_);
     arena_ = std::move(o.arena_);
+    region_memory_ = std::move(o.region_memory_);
+    region_ = o.region_;
     data_ = o.data_;
     offset_ = o.offset_;
     bytes_ = o.bytes_;
@@ -117,6 +119,12 @@ SlotDigest decode_reply(const std::vector<std::uint8_t>& bytes) {
   return SlotDigest{r->parameters(), r->optimizer(), r->step(), r->latest_version()};
 }
 
+template <>
+FeaturesResult decode_reply(const std::vector<std::uint8_t>& bytes) {
+  const auto* r = reply_message(bytes, wire::Body::FeaturesReply)->body_as_FeaturesReply();
+  return FeaturesResult{r->samples(), r->dim()};
+}
+
 // publish, save and load all answer with one number.
 template <>
 std::uint64_t decode_reply(const std::vector<std::uint8_t>& bytes) {
@@ -148,6 +156,7 @@ template class Future<SftResult>;
 template class Future<Prediction>;
 template class Future<std::uint64_t>;
 template class Future<SlotDigest>;
+template class Future<FeaturesResult>;
 
 // ---- Client ----
 
@@ -202,7 +211,7 @@ std::vector<std::uint8_t> Client::ping(std::span<const std::uint8_t> payload) {
 Future<DigestResult> Client::digest_async(const Tensor& t) {
   const auto id = state_->submit(wire::Body::DigestRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
     auto ref = wire::CreateTensorRef(fbb, t.offset(), t.bytes(), static_cast<wire::DType>(t.dtype()),
-                                     fbb.CreateVector(t.shape()));
+                                     fbb.CreateVector(t.shape()), t.region());
     return wire::CreateDigestRequest(fbb, ref).Union();
   });
   return {state_.get(), id};

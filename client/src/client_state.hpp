@@ -37,6 +37,9 @@ struct ClientState {
   const ClientOptions options;
   const std::unique_ptr<Attachment> attachment;
   const std::shared_ptr<ArenaAllocator> arena;
+  // A request that nexusd pairs with the newest descriptor the socket carried (dataset load,
+  // region registration) holds this from sending the descriptor to the reply.
+  std::mutex descriptor_mu;
 
  private:
   struct Slot {

@@ -17,7 +17,7 @@ using detail::reply_message;
 
 flatbuffers::Offset<wire::TensorRef> ref_to(flatbuffers::FlatBufferBuilder& fbb, const Tensor& t) {
   return wire::CreateTensorRef(fbb, t.offset(), t.bytes(), static_cast<wire::DType>(t.dtype()),
-                               fbb.CreateVector(t.shape()));
+                               fbb.CreateVector(t.shape()), t.region());
 }
 
 template <class V>
@@ -87,10 +87,9 @@ DatasetInfo Client::dataset_load(const std::string& name, const std::string& pat
     throw Error(e == EACCES || e == EPERM ? ErrorCode::PermissionDenied : ErrorCode::BadDataset,
                 "cannot read " + path + ": " + std::strerror(e));
   }
-  // One load at a time per client, until its reply: nexusd pairs a load with the newest
+  // One descriptor-carrying request at a time, until its reply: nexusd pairs it with the newest
   // descriptor, which must be this one.
-  static std::mutex loading;  // per process: simple, and loads are rare
-  std::lock_guard lock(loading);
+  std::lock_guard lock(state_->descriptor_mu);
   const std::uint8_t marker = 0;
   const bool sent = schema::send_frame(state_->attachment->socket, {&marker, 1}, {&fd, 1});
   ::close(fd);  // nexusd holds its own copy now

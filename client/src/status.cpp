@@ -60,6 +60,8 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
   s.message_bytes_copied = r->message_bytes_copied();
   s.tensor_bytes_copied = r->tensor_bytes_copied();
   s.backbone = str(r->backbone());
+  if (r->replicas())
+    for (const auto* x : *r->replicas()) s.replicas.push_back({str(x->device()), x->tenants(), x->groups(), x->samples()});
   s.model_groups = r->model_groups();
   s.model_requests = r->model_requests();
   s.model_samples = r->model_samples();

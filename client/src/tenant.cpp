@@ -9,7 +9,7 @@ namespace {
 flatbuffers::Offset<wire::TensorRef> ref_of(flatbuffers::FlatBufferBuilder& fbb, const Tensor* t) {
   if (t == nullptr) return 0;
   return wire::CreateTensorRef(fbb, t->offset(), t->bytes(), static_cast<wire::DType>(t->dtype()),
-                               fbb.CreateVector(t->shape()));
+                               fbb.CreateVector(t->shape()), t->region());
 }
 
 flatbuffers::Offset<wire::Observation> observation(flatbuffers::FlatBufferBuilder& fbb, const Observation& o) {
@@ -74,6 +74,17 @@ Future<Prediction> Client::predict_async(const Observation& obs, std::uint64_t v
 Prediction Client::predict(const Observation& obs, std::uint64_t version, const std::string& dataset) {
   return predict_async(obs, version, dataset).get();
 }
+
+Future<FeaturesResult> Client::features_async(const Observation& obs, const Tensor& out) {
+  const auto id = state_->submit(wire::Body::FeaturesRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    auto o = observation(fbb, obs);
+    auto r = ref_of(fbb, &out);
+    return wire::CreateFeaturesRequest(fbb, o, r).Union();
+  });
+  return Future<FeaturesResult>(state_.get(), id);
+}
+
+FeaturesResult Client::features(const Observation& obs, const Tensor& out) { return features_async(obs, out).get(); }
 
 std::uint64_t Client::publish() {
   const auto id = state_->submit(wire::Body::PublishRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {

@@ -25,6 +25,7 @@ int check_config(const DaemonConfig& c, const std::string& source) {
     const auto weights = resolve_weights(c);
     if (weights.empty()) {
       if (c.backbone == "torchscript") problem("--backbone torchscript needs weights = FILE.pt");
+      else if (c.backbone == "aoti") problem("--backbone aoti needs weights = FILE.pt2");
       else note("no weights: the seeded, untrained initialisation (heads learn nothing useful on it)");
     } else if (::access(weights.c_str(), R_OK) != 0) {
       problem("weights " + weights + " cannot be read");
@@ -41,8 +42,16 @@ int check_config(const DaemonConfig& c, const std::string& source) {
               c.max_tenants, c.max_tenants_per_uid, c.max_in_flight,
               static_cast<unsigned long long>(c.request_bytes_per_tenant >> 20), c.max_request_gflop, c.versions_kept,
               static_cast<long long>(c.idle_evict.count()));
+  std::printf("  regions  %s\n", c.allow_device_regions ? "tenants may register regions of their own ([ipc] allow_device_regions)"
+                                                       : "off ([ipc] allow_device_regions = false)");
+  std::string devices;
+  for (const auto& d : c.devices) devices += (devices.empty() ? "" : ", ") + d;
+  std::printf("  devices  %s (one backbone replica each)\n", devices.c_str());
+  for (const auto& d : c.devices)
+    if (d != "cpu") problem("model.devices: \"" + d + "\": this nexusd's model service runs on the CPU only so far");
   for (const auto& [name, w] : c.tenants)
-    std::printf("  tenant   %s: weight %.2f, priority %d\n", name.c_str(), w.weight, w.priority);
+    std::printf("  tenant   %s: weight %.2f, priority %d%s\n", name.c_str(), w.weight, w.priority,
+                w.replica >= 0 ? (", replica " + std::to_string(w.replica)).c_str() : "");
   for (const auto& [name, path] : c.external_envs) std::printf("  env      %s -> %s\n", name.c_str(), path.c_str());
   if (!c.metrics_textfile.empty())
     std::printf("  metrics  %s every %llds\n", c.metrics_textfile.c_str(), static_cast<long long>(c.metrics_interval.count()));

@@ -97,8 +97,23 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
       static_cast<std::uint64_t>(r.positive("daemon", "request_mib_per_tenant", c.request_bytes_per_tenant >> 20)) << 20;
   c.spin = microseconds(r.non_negative("daemon", "spin_us", c.spin.count()));
   r.get("daemon", "log_level", c.log_level);
+  if (const auto n = t["ipc"]["allow_device_regions"]) {
+    const auto v = n.value<bool>();
+    if (!v || !n.is_boolean()) r.fail("ipc", "allow_device_regions", "must be true or false");
+    c.allow_device_regions = *v;
+  }
 
   r.get("model", "backbone", c.backbone);
+  if (const auto n = t["model"]["devices"]) {
+    const auto* a = n.as_array();
+    if (!a || a->empty()) r.fail("model", "devices", "must be a non-empty array of strings like [\"cpu\", \"cpu\"]");
+    c.devices.clear();
+    for (const auto& d : *a) {
+      const auto v = d.value<std::string>();
+      if (!v || !d.is_string()) r.fail("model", "devices", "must hold only strings");
+      c.devices.push_back(*v);
+    }
+  }
   r.get("model", "weights", c.weights);
   r.get("model", "state_dir", c.state_dir);
   c.batch_samples = static_cast<std::uint32_t>(r.positive("model", "batch_samples", c.batch_samples));
@@ -117,7 +132,7 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   if (const auto* tenants = t["tenants"].as_table()) {
     for (const auto& [name, value] : *tenants) {
       const auto* tt = value.as_table();
-      if (!tt) r.fail("tenants", std::string(name.str()), "must be a table (weight, priority)");
+      if (!tt) r.fail("tenants", std::string(name.str()), "must be a table (weight, priority, replica)");
       TenantWeight w;
       const std::string section = "tenants." + std::string(name.str());
       if (const auto n = (*tt)["weight"]) {
@@ -129,6 +144,12 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
         const auto i = n.value<std::int64_t>();
         if (!i || !n.is_integer()) r.fail(section, "priority", "must be an integer");
         w.priority = static_cast<int>(*i);
+      }
+      if (const auto n = (*tt)["replica"]) {
+        const auto i = n.value<std::int64_t>();
+        if (!i || !n.is_integer() || *i < 0 || *i >= static_cast<std::int64_t>(c.devices.size()))
+          r.fail(section, "replica", "must be an index into model.devices (0 to devices - 1)");
+        w.replica = static_cast<int>(*i);
       }
       c.tenants[std::string(name.str())] = w;
     }

@@ -14,6 +14,7 @@ namespace nexus::daemon {
 struct TenantWeight {  // [tenants.NAME]
   double weight = 1;   // fair share of training compute
   int priority = 0;    // higher classes are served first
+  int replica = -1;    // pinned to model.devices[replica]; -1: the least loaded replica
 };
 
 struct DaemonConfig {
@@ -25,7 +26,10 @@ struct DaemonConfig {
   std::string socket_group = "nexus";
   std::uint32_t max_tenants = 64;
   std::uint32_t max_tenants_per_uid = 16;    // tenants one Unix user may have attached at once
-  std::uint64_t max_segment_bytes = 1ull << 30;  // per tenant: rings + both arenas
+  std::uint64_t max_segment_bytes = 1ull << 30;  // per tenant: rings + both arenas; also each region's cap
+  // [ipc] allow_device_regions: tenants may register memory of their own (regions) and name
+  // tensors in it by offset, or have features written into it (docs/design/gpu.md).
+  bool allow_device_regions = false;
   std::uint32_t max_pending_connections = 256;   // accepted, not yet attached (Busy beyond)
   std::uint32_t max_pending_per_uid = 64;        // ... of one Unix user
   std::chrono::milliseconds handshake_timeout{5000};  // a connection that has not attached by then is closed
@@ -35,6 +39,9 @@ struct DaemonConfig {
   std::string log_level = "info";
   // [model] ("none" runs the transport alone)
   std::string backbone = "tiny";
+  // One backbone replica per entry ([model] devices); only "cpu" runs so far (the model
+  // service refuses a CUDA entry at start).
+  std::vector<std::string> devices = {"cpu"};
   // Safetensors of the backbone. Empty: the embedded default (tiny: the pretrained weights
   // committed in weights/, installed under <datadir>/nexus/weights); "seeded": the seeded,
   // untrained initialisation. See resolve_weights().
@@ -48,7 +55,7 @@ struct DaemonConfig {
   double max_request_gflop = 2000;              // per-request cost budget
   std::uint32_t versions_kept = 8;              // published versions kept per tenant (+ pinned)
   std::chrono::seconds idle_evict{600};         // a detached tenant's slot: checkpointed and freed after
-  std::map<std::string, TenantWeight> tenants;  // [tenants.NAME] weight, priority
+  std::map<std::string, TenantWeight> tenants;  // [tenants.NAME] weight, priority, replica
   // [env]
   std::uint32_t env_workers = 1;
   std::chrono::milliseconds external_open_timeout{10000};

@@ -26,6 +26,7 @@
 #include "daemon/config/config.hpp"
 #include "daemon/ipc/decode/reply_builder.hpp"
 #include "daemon/ipc/service_port.hpp"
+#include "daemon/ipc/regions.hpp"
 #include "daemon/ipc/tenant_session.hpp"
 #include "daemon/master/tenant_registry.hpp"
 #include "nexus/wire/nexus_generated.h"
@@ -111,6 +112,9 @@ class Reactor {
   void submit_service_request(TenantSession& s, std::uint64_t request_id, wire::Body type,
                               std::span<const std::uint8_t> message, int fd = -1);
   void drain_completions();
+  // reactor_regions.cpp: memory a tenant registers ([ipc] allow_device_regions)
+  void register_region(TenantSession& s, std::uint64_t request_id, const wire::RegisterRegionRequest& req);
+  void unregister_region(TenantSession& s, std::uint64_t request_id, std::uint32_t region);
 
   const DaemonConfig config_;
   const int listen_fd_;
@@ -129,6 +133,7 @@ class Reactor {
   bool any_broken_ = false;  // some session has broken == true: detach it after this pass
   TenantRegistry registry_;
   ReplyBuilder replies_;
+  std::unique_ptr<RegionImporter> host_importer_ = host_region_importer();
   std::vector<std::uint8_t> scratch_;  // private copy of the message being decoded
   std::chrono::steady_clock::time_point last_watchdog_{};
   std::chrono::steady_clock::time_point next_textfile_{};

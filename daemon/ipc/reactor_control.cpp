@@ -121,6 +121,7 @@ bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest&
   connections_.erase(id);  // the socket now belongs to the session (same fd, same epoll entry)
   auto session = std::make_unique<TenantSession>(sock, peer, name, claim.session_id,
                                                  std::move(segment), daemon_db, client_db);
+  session->regions = std::make_shared<RegionTable>(config_.max_segment_bytes);
   watch(sock, Tag::TenantSocket, id, false);
   watch(daemon_db, Tag::Doorbell, id, true);
   NEXUS_LOG(info, "attach", "tenant={} uid={} pid={} session={} segment_bytes={} ring_bytes={}",

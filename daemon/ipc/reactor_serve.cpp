@@ -122,8 +122,15 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
       submit_service_request(s, req.request_id, req.type, message, fd);
       return;
     }
+    case wire::Body::RegisterRegionRequest:
+      register_region(s, req.request_id, *req.message->body_as_RegisterRegionRequest());
+      return;
+    case wire::Body::UnregisterRegionRequest:
+      unregister_region(s, req.request_id, req.message->body_as_UnregisterRegionRequest()->region());
+      return;
     case wire::Body::RegisterRequest:
     case wire::Body::SftStepRequest:
+    case wire::Body::FeaturesRequest:
     case wire::Body::PredictRequest:
     case wire::Body::PublishRequest:
     case wire::Body::SlotDigestRequest:
@@ -238,6 +245,7 @@ void Reactor::submit_service_request(TenantSession& s, std::uint64_t request_id,
   w.request_id = request_id;
   w.type = type;
   w.message.assign(message.begin(), message.end());
+  w.regions = s.regions;
   w.segment = s.segment;
   w.alive = s.alive;
   w.arrival = sched::Clock::now();

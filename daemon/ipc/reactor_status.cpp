@@ -53,6 +53,11 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   const auto uv = fbb.CreateVector(usage);
   const auto jv = fbb.CreateVector(jobs);
   const auto hv = fbb.CreateVectorOfStrings(st.health);
+  std::vector<flatbuffers::Offset<wire::ReplicaInfo>> replicas;
+  for (const auto& r : st.replicas)
+    replicas.push_back(wire::CreateReplicaInfo(fbb, fbb.CreateString(r.device), static_cast<std::uint32_t>(r.tenants),
+                                               r.groups, r.samples));
+  const auto rv = fbb.CreateVector(replicas);
   wire::StatusReplyBuilder r(fbb);
   r.add_daemon_version(version);
   r.add_protocol_version(schema::kProtocolVersion);
@@ -78,6 +83,7 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   r.add_env_sessions(st.env_sessions);
   r.add_dataset_bytes(st.dataset_bytes);
   r.add_rerun_groups(st.rerun_groups);
+  r.add_replicas(rv);
   r.add_longest_training_turn_s(st.longest_training_turn_s);
   r.add_health_restarts(st.health_restarts);
   r.add_health(hv);

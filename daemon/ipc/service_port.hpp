@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/ipc/regions.hpp"
 #include "daemon/ipc/segment.hpp"
 #include "daemon/master/service_status.hpp"
 #include "daemon/sched/group_batcher.hpp"
@@ -34,6 +35,7 @@ struct ServiceRequest {
   std::shared_ptr<const std::atomic<bool>> alive;    // false once the tenant detached
   sched::Clock::time_point arrival{};
   std::shared_ptr<const int> fd;                     // DatasetLoadRequest: the file (closed with the last copy)
+  std::shared_ptr<const RegionTable> regions;        // the tenant's registered regions (TensorRef.region)
 };
 
 class ServicePort {

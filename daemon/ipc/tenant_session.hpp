@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "daemon/ipc/output_arena.hpp"
+#include "daemon/ipc/regions.hpp"
 #include "daemon/ipc/segment.hpp"
 #include "schema/ring.hpp"
 
@@ -48,6 +49,9 @@ struct TenantSession {
   // (the newest); at most kMaxOfferedFds (more are closed on arrival). Closed with the session.
   static constexpr std::size_t kMaxOfferedFds = 4;
   std::deque<int> offered_fds;
+
+  // Memory the tenant registered (RegisterRegionRequest); shared with its requests in flight.
+  std::shared_ptr<RegionTable> regions;
 
   OutputArena output{segment->layout().output_arena_bytes};  // large replies (OutputReply)
 

@@ -181,6 +181,7 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   const auto m = impl_->model.stats();
   ServiceStatus s;
   s.backbone = impl_->model.backbone().name;
+  for (const auto& r : m.replicas) s.replicas.push_back({r.device, r.tenants, r.groups, r.samples});
   s.groups = m.groups, s.requests = m.grouped_requests, s.samples = m.samples;
   s.input_bytes_packed = m.input_bytes_packed, s.rerun_groups = m.rerun_groups;
   s.inference_queued = m.inference_queued, s.training_queued = m.training_queued;

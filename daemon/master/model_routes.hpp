@@ -21,7 +21,11 @@ struct ModelRouteError {
 std::variant<model::Request, ModelRouteError> to_model_request(const ServiceRequest& r,
                                                                std::function<void(model::Result)> done);
 
-// A host tensor over `bytes` of memory that `r.segment` keeps mapped, or the reason not.
-std::optional<model::HostTensor> arena_tensor(const ServiceRequest& r, const wire::TensorRef* ref, std::string& why);
+// A host tensor over the bytes `ref` names: in the tenant's arena (which `r.segment` keeps
+// mapped), or in a region it registered, whose holder is added to `regions_held` (null: regions
+// are refused). Nullopt with the reason (and, if asked, its code) when the reference is bad.
+std::optional<model::HostTensor> arena_tensor(const ServiceRequest& r, const wire::TensorRef* ref, std::string& why,
+                                              std::vector<std::shared_ptr<void>>* regions_held = nullptr,
+                                              wire::ErrorCode* code = nullptr);
 
 }  // namespace nexus::daemon

@@ -29,8 +29,14 @@ struct JobInfo {
   } rl;
 };
 
+struct ReplicaStatus {
+  std::string device;
+  std::uint64_t tenants = 0, groups = 0, samples = 0;
+};
+
 struct ServiceStatus {
   std::string backbone;                  // empty without a model service
+  std::vector<ReplicaStatus> replicas;   // one per model.devices entry
   std::uint64_t groups = 0, requests = 0, samples = 0, input_bytes_packed = 0, rerun_groups = 0;
   std::uint64_t inference_queued = 0, training_queued = 0;
   std::uint64_t slots_resident = 0, slots_evicted = 0;

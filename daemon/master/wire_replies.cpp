@@ -59,7 +59,8 @@ Bytes model_reply(std::uint64_t id, const model::Result& result) {
           [&](const model::Published& p) { return copy(b.published(id, p.version)); },
           [&](const model::Saved& s) { return copy(b.saved(id, s.step)); },
           [&](const model::Loaded& l) { return copy(b.loaded(id, l.step)); },
-          [&](const model::SlotDigest& d) { return copy(b.slot_digest(id, d.parameters, d.optimizer, d.step, d.latest_version)); }},
+          [&](const model::SlotDigest& d) { return copy(b.slot_digest(id, d.parameters, d.optimizer, d.step, d.latest_version)); },
+          [&](const model::FeaturesWritten& f) { return copy(b.features(id, f.samples, f.dim)); }},
       result);
 }
 

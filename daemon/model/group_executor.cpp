@@ -28,13 +28,13 @@ std::map<std::string, double> GroupExecutor::run(std::vector<Work>& group, metri
   bound.reserve(group.size());
   for (auto& w : group) {
     if (cancelled(w)) continue;  // its tenant left: nobody to answer
-    SlotEntry* slot = slots_.find(tenant_of(w));
-    if (!slot) {
+    SlotEntry* slot = needs_slot(w) ? slots_.find(tenant_of(w)) : nullptr;
+    if (!slot && needs_slot(w)) {
       fail(w, Fault::NotRegistered, "register the tenant (head and data schema) first");
       continue;
     }
     Bound b;
-    if (auto f = bind(w, *slot, backbone_.config(), cost_, b)) {
+    if (auto f = bind(w, slot, backbone_.config(), cost_, b)) {
       fail(w, f->fault, f->reason);
       continue;
     }
@@ -121,6 +121,15 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, std::
 
 // A head's failure is its tenant's alone: typed error, the group's others go on.
 void GroupExecutor::run_head(Bound& b, const VLAFeature& f) {
+  if (b.kind == Bound::Kind::Features) {  // the tenant's own head will read them: one copy out
+    try {
+      b.out.copy_(f.pooled);
+      answer(b, FeaturesWritten{static_cast<std::uint32_t>(b.n), static_cast<std::uint32_t>(f.pooled.size(1))});
+    } catch (const std::exception& e) {
+      fail(*b.work, Fault::Internal, e.what());
+    }
+    return;
+  }
   TenantSlot& slot = *b.slot->trainer;
   if (b.kind == Bound::Kind::Act) {
     auto& act = std::get<ActWork>(*b.work);

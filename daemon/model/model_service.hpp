@@ -1,24 +1,24 @@
-// The model service: one resident, frozen backbone for every tenant, the tenants' slots (head,
-// optimizer, published versions), and one executor thread that serves two queues in turns:
+// The model service: one resident, frozen backbone per device (a replica), the tenants' slots
+// (head, optimizer, published versions), and per replica one executor thread that serves two
+// queues in turns:
 //   Inference Queue  predict and RL acting: first at every turn, group-batched by T and B.
 //   Training Queue   SFT steps, RL update minibatches, slot operations: picked by weighted fair
 //                    share (sched/fair_share.hpp), SFT steps group-batched too.
 // A turn is one group pass (or one slot operation): inference never waits behind a queue of
-// training work, only behind the turn in progress.
+// training work, only behind the turn in progress (daemon/model/replica.hpp).
+//
+// Placement: a tenant is placed on one replica when it is first seen (attach, or its first
+// request): the one its config pins it to, else the one with the fewest tenants placed. It stays
+// there until its name is released, since its slot, queues and fair-share history live there;
+// groups form per replica.
 //
 // Typed requests in, typed results out: nothing here knows wire messages, sockets, simulators
 // or datasets (the Master translates). Inputs are read where the request's keepalive holds them
 // (a tenant's arena, or a buffer the daemon filled); every number the backbone or a head
 // consumes is checked on a private copy first.
 //
-// The executor is a Health Manager role (failure reports: a loop that throws is restarted on a
-// new thread with back-off). A slow turn is not taken over: a second thread cannot own the
-// backbone and slots while the first may still be inside a pass; a turn's work is bounded by
-// max_request_gflop instead.
-//
-// Thread safety: every member may be called from any thread. Slots and the backbone are touched
-// by the executor thread only. This header is torch-free on purpose: the master's and the
-// reactor's translation units never include LibTorch.
+// Thread safety: every member may be called from any thread. This header is torch-free on
+// purpose: the master's and the reactor's translation units never include LibTorch.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -26,6 +26,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -41,6 +42,9 @@
 namespace nexus::model {
 
 class PolicyPort;  // daemon/model/policy_port.hpp (LibTorch): what RL jobs use
+namespace detail {
+class Replica;  // daemon/model/replica.hpp (LibTorch)
+}
 
 enum class DType : std::uint8_t { UInt8, Int32, Float32 };
 
@@ -74,13 +78,21 @@ struct Predict {
   Observation obs;
   std::uint64_t version = 0;  // 0: the live head
 };
+// Features mode (heads in the tenant's process): the backbone's pooled features of the samples,
+// float32 [n, dim], written at `out`: memory the request keeps alive and nexusd may write (the
+// tenant's arena or a region it registered). Needs no slot; grouped with inference.
+struct Features {
+  Observation obs;  // state unused
+  HostTensor out;
+};
 struct Publish {};
 struct Digest {};
 struct Backbone {};
 struct Save { std::string tag; };
 struct Load { std::string tag; };
 }  // namespace op
-using Op = std::variant<op::Register, op::SftStep, op::Predict, op::Publish, op::Digest, op::Backbone, op::Save, op::Load>;
+using Op = std::variant<op::Register, op::SftStep, op::Predict, op::Features, op::Publish, op::Digest, op::Backbone,
+                        op::Save, op::Load>;
 
 enum class Fault { NotRegistered, BadRequest, BadBatch, UnknownVersion, OverBudget, NoCheckpoint, Internal };
 struct Failure {
@@ -103,7 +115,9 @@ struct Published { std::uint64_t version = 0; };
 struct Saved { std::uint64_t step = 0; };
 struct Loaded { std::uint64_t step = 0; };
 struct SlotDigest { std::uint64_t parameters = 0, optimizer = 0, step = 0, latest_version = 0; };
-using Result = std::variant<Failure, BackboneInfo, Stepped, Predicted, Published, Saved, Loaded, SlotDigest>;
+struct FeaturesWritten { std::uint32_t samples = 0, dim = 0; };
+using Result = std::variant<Failure, BackboneInfo, Stepped, Predicted, Published, Saved, Loaded, SlotDigest,
+                            FeaturesWritten>;
 
 struct Request {
   std::string tenant;
@@ -118,10 +132,15 @@ struct Request {
 struct TenantPolicy {
   double weight = 1;   // fair share of training compute
   int priority = 0;    // higher classes are served first
+  int replica = -1;    // pinned to devices[replica]; -1: placed on the least loaded
 };
 
 struct ModelConfig {
   std::string backbone = "tiny";
+  // One backbone replica per entry. Only "cpu" runs so far: the model code's device path (CUDA
+  // tensors, per-device RNGs, the group_pack kernel in the pipeline) is not built yet, so a
+  // CUDA entry is refused at start with that reason.
+  std::vector<std::string> devices = {"cpu"};
   std::string weights;                   // safetensors; empty: the seeded initialisation
   sched::BatchPolicy batch;              // B and T, both queues
   double group_window_s = 0.02;          // training: who may join the fair-share leader's group
@@ -135,6 +154,13 @@ struct ModelConfig {
   std::map<std::string, TenantPolicy> tenants;  // weights and priorities by tenant name
 };
 
+struct ReplicaStats {
+  std::string device;
+  std::size_t tenants = 0;   // placed on it
+  std::uint64_t groups = 0;  // its backbone passes
+  std::uint64_t samples = 0;
+};
+
 struct ModelStats {
   std::uint64_t groups = 0;            // backbone forward passes
   std::uint64_t grouped_requests = 0;  // sft/predict requests served by them
@@ -146,12 +172,14 @@ struct ModelStats {
   std::size_t slots_resident = 0, slots_evicted = 0;
   std::size_t inference_queued = 0, training_queued = 0;
   double longest_training_turn_s = 0;    // what an inference request may wait behind, at most
+  std::vector<ReplicaStats> replicas;    // ModelService::stats(): one per device, in config order
 };
 
 class ModelService {
  public:
-  // Loads the backbone (throws std::runtime_error) and starts the executor thread, a role of
-  // `health` (optional). inject_executor_throw (tests): the executor's loop throws once.
+  // Loads one backbone per device (throws std::runtime_error, also for a device that cannot run)
+  // and starts each replica's executor thread, a role of `health` (optional): "executor", or
+  // "executor.N" with several replicas. inject_executor_throw (tests): replica 0's loop throws once.
   ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
                daemon::HealthManager* health = nullptr, bool inject_executor_throw = false);
   ~ModelService();
@@ -174,13 +202,17 @@ class ModelService {
   std::unique_ptr<PolicyPort> policy_port(const std::string& tenant);
 
   ModelStats stats() const;
-  const BackboneConfig& backbone() const;
-
-  struct Impl;
+  const BackboneConfig& backbone() const;  // every replica's is the same
+  // The device a tenant's slot is on, placing it if it was not yet.
+  std::string device_of(const std::string& tenant);
 
  private:
-  std::unique_ptr<Impl> impl_;
-  daemon::HealthManager* const health_;
+  detail::Replica& replica_for(const std::string& tenant);  // places on first sight
+
+  std::vector<std::unique_ptr<detail::Replica>> replicas_;
+  mutable std::mutex placement_mu_;
+  std::map<std::string, std::size_t> placement_;  // GUARDED_BY(placement_mu_): tenant -> replica
+  std::map<std::string, int> pinned_;             // tenant -> replica, from config
 };
 
 }  // namespace nexus::model

@@ -18,7 +18,8 @@ std::string view(const HostTensor& t, const char* name, DType dtype, const std::
     for (std::size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
     return want + "]";
   }
-  // Read only; the caller checked the bytes lie inside the memory the request keeps alive.
+  // Read only, except a features request's `out`; the caller checked the bytes lie inside the
+  // memory the request keeps alive, which nexusd may write for `out` (model_routes.cpp).
   out = torch::from_blob(const_cast<void*>(t.data), shape, torch::TensorOptions().dtype(scalar(dtype)));
   return "";
 }
@@ -65,40 +66,47 @@ std::optional<Failure> check_registration(const op::Register& r, const BackboneC
   return std::nullopt;
 }
 
-std::optional<Failure> bind(Work& w, SlotEntry& slot, const BackboneConfig& bb, const CostModel& cost, Bound& b) {
-  const auto& spec = slot.trainer->head().spec();
+std::optional<Failure> bind(Work& w, SlotEntry* slot, const BackboneConfig& bb, const CostModel& cost, Bound& b) {
+  const HeadSpec* spec = slot ? &slot->trainer->head().spec() : nullptr;
   b.work = &w;
-  b.slot = &slot;
+  b.slot = slot;
   b.tenant = tenant_of(w);
   if (auto* act = std::get_if<ActWork>(&w)) {  // the daemon's own tensors, shaped by the RL job
     b.kind = Bound::Kind::Act;
     b.images = act->images, b.tokens = act->tokens, b.mask = act->mask.to(torch::kBool), b.state = act->state;
     b.n = b.images.size(0);
-    b.gflop = b.n * cost.backbone_gflop_per_sample + head_gflop(spec, bb.dim, b.n, false);
+    b.gflop = b.n * cost.backbone_gflop_per_sample + head_gflop(*spec, bb.dim, b.n, false);
     return std::nullopt;
   }
   const Request& r = std::get<TenantWork>(w).request;
   const Observation* obs = nullptr;
   const HostTensor* actions = nullptr;
+  const HostTensor* out = nullptr;
   if (const auto* s = std::get_if<op::SftStep>(&r.op)) b.kind = Bound::Kind::Sft, obs = &s->obs, actions = &s->actions;
   if (const auto* p = std::get_if<op::Predict>(&r.op)) b.kind = Bound::Kind::Predict, obs = &p->obs, b.version = p->version;
-  if (!obs) return Failure{Fault::Internal, "not a batchable request"};
+  if (const auto* f = std::get_if<op::Features>(&r.op)) b.kind = Bound::Kind::Features, obs = &f->obs, out = &f->out;
+  if (!obs || (!spec && b.kind != Bound::Kind::Features)) return Failure{Fault::Internal, "not a batchable request"};
   const auto& img = obs->images.shape;
   if (img.size() != 5 || img[0] < 1 || img[0] > kMaxSamplesPerRequest)
     return Failure{Fault::BadBatch, "images must be uint8 [n, views, H, W, 3] with 1 <= n <= " +
                                         std::to_string(kMaxSamplesPerRequest)};
   b.n = img[0];
   const auto n = b.n;
+  // A head's views are its registration's; features take any count the backbone does.
+  const std::int64_t views = slot ? slot->views : img[1];
+  if (views < 1 || views > bb.max_views)
+    return Failure{Fault::BadBatch, "images must have 1 to " + std::to_string(bb.max_views) + " views"};
   torch::Tensor tokens, mask, state, acts;
-  std::string e = view(obs->images, "images", DType::UInt8, {n, slot.views, bb.image_size, bb.image_size, 3}, b.images);
+  std::string e = view(obs->images, "images", DType::UInt8, {n, views, bb.image_size, bb.image_size, 3}, b.images);
   if (e.empty()) e = view(obs->tokens, "tokens", DType::Int32, {n, bb.max_tokens}, tokens);
   if (e.empty()) e = view(obs->mask, "token_mask", DType::UInt8, {n, bb.max_tokens}, mask);
-  if (e.empty() && spec.state_dim > 0) {
+  if (e.empty() && spec && spec->state_dim > 0) {
     if (!obs->state.present()) return Failure{Fault::BadBatch, "this tenant's schema has state_dim " +
-                                                                   std::to_string(spec.state_dim) + ": state missing"};
-    e = view(obs->state, "state", DType::Float32, {n, spec.state_dim}, state);
+                                                                   std::to_string(spec->state_dim) + ": state missing"};
+    e = view(obs->state, "state", DType::Float32, {n, spec->state_dim}, state);
   }
-  if (e.empty() && actions) e = view(*actions, "actions", DType::Float32, {n, spec.chunk, spec.action_dim}, acts);
+  if (e.empty() && actions) e = view(*actions, "actions", DType::Float32, {n, spec->chunk, spec->action_dim}, acts);
+  if (e.empty() && out) e = view(*out, "out", DType::Float32, {n, bb.dim}, b.out);  // written in the pass
   if (!e.empty()) return Failure{Fault::BadBatch, e};
   // Private copies: what is checked below is exactly what the backbone and the head will read.
   b.tokens = tokens.clone();
@@ -116,7 +124,7 @@ std::optional<Failure> bind(Work& w, SlotEntry& slot, const BackboneConfig& bb, 
   if (b.actions.defined() && !torch::isfinite(b.actions).all().item<bool>())
     return Failure{Fault::BadBatch, "actions hold NaN or Inf"};
   b.gflop = static_cast<double>(n) * cost.backbone_gflop_per_sample +
-            head_gflop(spec, bb.dim, n, b.kind == Bound::Kind::Sft);
+            (spec ? head_gflop(*spec, bb.dim, n, b.kind == Bound::Kind::Sft) : 0.0);
   if (cost.budget_gflop > 0 && b.gflop > cost.budget_gflop)
     return Failure{Fault::OverBudget, "request over budget: an estimated " + std::to_string(static_cast<long>(b.gflop)) +
                                           " GFLOP against the per-request limit of " +

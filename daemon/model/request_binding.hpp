@@ -27,14 +27,15 @@ struct SlotEntry;  // slot_registry.hpp
 
 // A batchable work item made ready for a group pass.
 struct Bound {
-  enum class Kind { Sft, Predict, Act } kind = Kind::Predict;
+  enum class Kind { Sft, Predict, Features, Act } kind = Kind::Predict;
   Work* work = nullptr;
-  SlotEntry* slot = nullptr;
+  SlotEntry* slot = nullptr;                  // null for features (no head)
   std::string tenant;
   std::int64_t n = 0;
   std::uint64_t version = 0;                  // predict
   torch::Tensor images;                       // uint8, read in place (the pack copies it)
   torch::Tensor tokens, mask, state, actions; // private copies (mask as bool)
+  torch::Tensor out;                          // features: where they go (the tenant's memory)
   double gflop = 0;                           // estimated cost
 };
 
@@ -45,9 +46,9 @@ struct CostModel {
 };
 CostModel make_cost_model(Backbone& backbone, const BackboneConfig& config, double budget_gflop, bool builtin);
 
-// Binds `w` (TenantWork with SftStep or Predict, or ActWork) to `slot`; nullopt when ready,
-// else the failure to answer with.
-std::optional<Failure> bind(Work& w, SlotEntry& slot, const BackboneConfig& bb, const CostModel& cost, Bound& out);
+// Binds `w` (TenantWork with SftStep, Predict or Features, or ActWork) to `slot` (null only for
+// Features); nullopt when ready, else the failure to answer with.
+std::optional<Failure> bind(Work& w, SlotEntry* slot, const BackboneConfig& bb, const CostModel& cost, Bound& out);
 
 // The head's estimated cost for n samples (training: forward and backward; flow predict: every
 // Euler step), in GFLOP.

@@ -19,11 +19,7 @@ class TorchScriptBackbone : public Backbone {
       throw std::runtime_error("TorchScript backbone must return (tokens, pooled, mask)");
     const auto& e = out.toTuple()->elements();
     VLAFeature f{e[0].toTensor(), e[1].toTensor(), e[2].toTensor().to(torch::kBool)};
-    const auto n = images.size(0);
-    if (f.tokens.dim() != 3 || f.tokens.size(0) != n || f.tokens.size(2) != config_.dim || f.pooled.dim() != 2 ||
-        f.pooled.size(0) != n || f.pooled.size(1) != config_.dim || f.mask.dim() != 2 || f.mask.size(0) != n ||
-        f.mask.size(1) != f.tokens.size(1))
-      throw std::runtime_error("TorchScript backbone returned shapes other than [N, L, D], [N, D], [N, L]");
+    check_user_features(f, images.size(0), config_.dim, "TorchScript");
     return f;
   }
   const BackboneConfig& config() const override { return config_; }
@@ -34,6 +30,13 @@ class TorchScriptBackbone : public Backbone {
 };
 
 }  // namespace
+
+void check_user_features(const VLAFeature& f, std::int64_t n, std::int64_t dim, const char* kind) {
+  if (f.tokens.dim() != 3 || f.tokens.size(0) != n || f.tokens.size(2) != dim || f.pooled.dim() != 2 ||
+      f.pooled.size(0) != n || f.pooled.size(1) != dim || f.mask.dim() != 2 || f.mask.size(0) != n ||
+      f.mask.size(1) != f.tokens.size(1) || f.pooled.scalar_type() != torch::kFloat32)
+    throw std::runtime_error(std::string(kind) + " backbone returned other than float [N, L, D], [N, D], bool [N, L]");
+}
 
 std::unique_ptr<Backbone> load_torchscript_backbone(const std::string& path) {
   torch::jit::script::Module m;

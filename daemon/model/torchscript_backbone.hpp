@@ -1,8 +1,12 @@
-// User backbones as TorchScript. The file's module must provide:
+// User backbones: TorchScript modules (.pt, torch.jit.script; in maintenance in current PyTorch)
+// and AOTInductor packages (.pt2, torch.export then torch._inductor.aoti_compile_and_package:
+// the current route from PyTorch to C++). Either must provide
 //   forward(images: uint8 [N, V, H, W, 3], tokens: int32 [N, T], token_mask: bool [N, T])
 //       -> (tokens: float [N, L, D], pooled: float [N, D], mask: bool [N, L])
-//   int attributes image_size (H = W), max_views (V <= max_views), max_tokens (T), dim (D).
-// It is loaded on the CPU, frozen (eval, no grad) and served exactly like the built-in one.
+// and the geometry image_size (H = W), max_views (V <= max_views), max_tokens (T), dim (D): int
+// attributes of a TorchScript module, or the package's metadata (aot_inductor.metadata) for
+// AOTInductor, whose N must be exported as dynamic. Loaded on the CPU, frozen, and served
+// exactly like the built-in backbone; its outputs are checked at every pass.
 #pragma once
 #include <memory>
 #include <string>
@@ -11,7 +15,13 @@
 
 namespace nexus::model {
 
-// Throws std::runtime_error naming the file and what it lacks.
+// Each throws std::runtime_error naming the file and what it lacks.
 std::unique_ptr<Backbone> load_torchscript_backbone(const std::string& path);
+// Where this build's LibTorch has no AOTInductor runtime (Debian's 1.13), it says so.
+std::unique_ptr<Backbone> load_aoti_backbone(const std::string& path);
+
+// A user backbone's outputs for n samples as the model service needs them, else throws naming
+// `kind` ("TorchScript", "AOTInductor").
+void check_user_features(const VLAFeature& f, std::int64_t n, std::int64_t dim, const char* kind);
 
 }  // namespace nexus::model

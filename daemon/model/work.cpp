@@ -13,6 +13,7 @@ Overload(F...) -> Overload<F...>;
 const Observation* observation_of(const Request& r) {
   if (const auto* s = std::get_if<op::SftStep>(&r.op)) return &s->obs;
   if (const auto* p = std::get_if<op::Predict>(&r.op)) return &p->obs;
+  if (const auto* f = std::get_if<op::Features>(&r.op)) return &f->obs;
   return nullptr;
 }
 
@@ -33,7 +34,12 @@ Clock::time_point arrival_of(const Work& w) {
 bool is_inference(const Work& w) {
   if (std::holds_alternative<ActWork>(w)) return true;
   const auto* t = std::get_if<TenantWork>(&w);
-  return t && std::holds_alternative<op::Predict>(t->request.op);
+  return t && (std::holds_alternative<op::Predict>(t->request.op) || std::holds_alternative<op::Features>(t->request.op));
+}
+
+bool needs_slot(const Work& w) {
+  const auto* t = std::get_if<TenantWork>(&w);
+  return !(t && std::holds_alternative<op::Features>(t->request.op));
 }
 
 bool is_batchable(const Work& w) {

@@ -3,7 +3,8 @@
 //               sampled SFT batch, an evaluation's predict)
 //   ActWork     an RL job's rollout step: actions from the latest published version
 //   SlotWork    an RL job's update minibatch: a function run on the tenant's slot
-// Inference work (predict, act) goes to the Inference Queue, the rest to the Training Queue.
+// Inference work (predict, features, act) goes to the Inference Queue, the rest to the Training
+// Queue.
 #pragma once
 #include <torch/torch.h>
 
@@ -40,7 +41,8 @@ using Work = std::variant<TenantWork, ActWork, SlotWork>;
 
 const std::string& tenant_of(const Work& w);
 Clock::time_point arrival_of(const Work& w);
-bool is_inference(const Work& w);   // predict or act
+bool is_inference(const Work& w);   // predict, features or act
+bool needs_slot(const Work& w);     // all but features
 bool is_batchable(const Work& w);   // joins a group pass: SFT step, predict, act
 // Samples (rows) and compatibility key (view count) as the request declares them; checked later.
 std::uint32_t samples_of(const Work& w);

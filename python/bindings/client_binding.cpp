@@ -96,6 +96,18 @@ std::shared_ptr<PyTensor> wrap(const PyClient& c, Tensor t) {
   return std::make_shared<PyTensor>(PyTensor{c.session(), std::move(t)});
 }
 
+// A region of this process's memory that nexusd maps too; its tensors belong to the attachment
+// that registered it (their ids mean nothing to another).
+struct PyRegion {
+  std::shared_ptr<Session> session;
+  Region region;
+};
+
+DType dtype_of(py::object dtype) {
+  return dtype_from_name(py::isinstance<py::str>(dtype) ? dtype.cast<std::string>()
+                                                        : py::str(py::dtype::from_args(dtype).attr("name")).cast<std::string>());
+}
+
 ClientOptions client_options(const std::string& tenant, const std::string& socket_path, std::uint32_t ring_bytes,
                              std::uint64_t client_arena_bytes, std::uint64_t output_arena_bytes,
                              const std::string& wait, double timeout, bool block_when_full) {
@@ -141,6 +153,21 @@ void bind_model_calls(py::class_<PyClient>& c) {
         return std::make_shared<PyFuture<Prediction>>(self.session(), f, py::make_tuple(images, tokens, mask, state));
       }, py::arg("images"), py::arg("tokens"), py::arg("token_mask"), py::arg("state") = py::none(),
          py::arg("version") = 0, py::arg("dataset") = "")
+      .def("features_async", [](PyClient& self, py::object images, py::object tokens, py::object mask, py::object out) {
+        const auto obs = self.observation(images.cast<T>(), tokens.cast<T>(), mask.cast<T>(), nullptr);
+        const Tensor& o = self.mine(out.cast<T>(), "out");
+        auto f = unlocked(self, [&](Client& c) { return c.features_async(obs, o); });
+        return std::make_shared<PyFuture<FeaturesResult>>(self.session(), f, py::make_tuple(images, tokens, mask, out));
+      }, py::arg("images"), py::arg("tokens"), py::arg("token_mask"), py::arg("out"),
+         "Features mode: the backbone's pooled features, float32 [n, dim], written by nexusd into `out`.")
+      .def("register_host_region", [](PyClient& self, std::uint64_t nbytes) {
+        auto region = unlocked(self, [&](Client& c) { return c.register_host_region(nbytes); });
+        return PyRegion{self.session(), std::move(region)};
+      }, py::arg("nbytes"), "Memory of yours that nexusd maps too (needs [ipc] allow_device_regions).")
+      .def("unregister_region", [](PyClient& self, const PyRegion& r) {
+        if (r.session != self.session()) throw py::value_error("region belongs to another nexus.Client");
+        unlocked(self, [&](Client& c) { c.unregister_region(r.region); });
+      }, py::arg("region"))
       .def("publish", [](PyClient& self) { return unlocked(self, [&](Client& c) { return c.publish(); }); })
       .def("slot_digest", [](PyClient& self) { return unlocked(self, [&](Client& c) { return c.slot_digest(); }); })
       .def("save", [](PyClient& self, const std::string& tag) { return unlocked(self, [&](Client& c) { return c.save(tag); }); }, py::arg("tag"))
@@ -206,6 +233,13 @@ void bind_client(py::module_& m) {
   bind_future<SftResult>(m, "SftFuture", &as_is<SftResult>);
   bind_future<Prediction, py::array_t<float>>(m, "PredictionFuture", &prediction_array);
   bind_future<DigestResult>(m, "DigestFuture", &as_is<DigestResult>);
+  bind_future<FeaturesResult>(m, "FeaturesFuture", &as_is<FeaturesResult>);
+  py::class_<PyRegion>(m, "Region", "Memory of yours that nexusd maps too (Client.register_host_region).")
+      .def_property_readonly("id", [](const PyRegion& r) { return r.region.id(); })
+      .def_property_readonly("nbytes", [](const PyRegion& r) { return r.region.bytes(); })
+      .def("tensor", [](const PyRegion& r, py::object dtype, std::vector<std::int64_t> shape, std::uint64_t offset) {
+        return std::make_shared<PyTensor>(PyTensor{r.session, r.region.tensor(dtype_of(dtype), std::move(shape), offset)});
+      }, py::arg("dtype"), py::arg("shape"), py::arg("offset"), "A tensor at `offset` in the region (no copy).");
 
   py::class_<PyClient> c(m, "Client", "A tenant's attachment to nexusd (Client.attach).");
   c.def_static("attach", [](const std::string& tenant, const std::string& socket_path, std::uint32_t ring_bytes,
@@ -234,9 +268,7 @@ void bind_client(py::module_& m) {
         }
       })
       .def("alloc", [](PyClient& self, py::object dtype, std::vector<std::int64_t> shape) {
-        const std::string name = py::isinstance<py::str>(dtype) ? dtype.cast<std::string>()
-                                                                : py::str(py::dtype::from_args(dtype).attr("name")).cast<std::string>();
-        return wrap(self, self.client().alloc(dtype_from_name(name), std::move(shape)));
+        return wrap(self, self.client().alloc(dtype_of(dtype), std::move(shape)));
       }, py::arg("dtype"), py::arg("shape"), "A tensor in the shared arena (uninitialised).")
       .def("from_numpy", [](PyClient& self, py::array array) {
         py::array c = py::array::ensure(array, py::array::c_style);

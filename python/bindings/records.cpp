@@ -71,6 +71,8 @@ void bind_model_records(py::module_& m) {
       .field("step", &SlotDigest::step).field("latest_version", &SlotDigest::latest_version);
   Record<SftResult>(m, "SftResult", "One SFT step's loss, gradient norm and the slot's step after it.")
       .field("loss", &SftResult::loss).field("grad_norm", &SftResult::grad_norm).field("step", &SftResult::step);
+  Record<FeaturesResult>(m, "FeaturesResult", "What features mode wrote: samples x dim float32 at the out tensor.")
+      .field("samples", &FeaturesResult::samples).field("dim", &FeaturesResult::dim);
   Record<DigestResult>(m, "DigestResult", "FNV-1a 64 of a tensor's bytes, as the daemon read them in place.")
       .field("fnv1a", &DigestResult::fnv1a).field("bytes", &DigestResult::bytes);
 }

@@ -17,8 +17,9 @@ import asyncio as _asyncio
 
 from . import _native
 from ._native import (BackboneInfo, Client, DaemonStatus, DatasetInfo, DigestFuture, DigestResult,
-                      EnvSessions, EnvStepResult, HeadSpec, JobInfo, JobSpec, OptimizerSpec,
-                      PredictionFuture, RlOptions, RlStatus, SftFuture, SftResult, SlotDigest, Tensor,
+                      EnvSessions, EnvStepResult, FeaturesFuture, FeaturesResult, HeadSpec, JobInfo, JobSpec,
+                      OptimizerSpec, PredictionFuture, Region, RlOptions, RlStatus, SftFuture, SftResult,
+                      SlotDigest, Tensor,
                       TenantSpec, TenantStatus, TenantUsage, cancel_job, fnv1a, query_metrics,
                       query_status, release_tenant, synth, tokenize)
 from .errors import *  # noqa: F401,F403  (Error and one class per code)
@@ -33,7 +34,7 @@ def _await(self):
     return (yield from loop.run_in_executor(None, self.result).__await__())
 
 
-for _future in (SftFuture, PredictionFuture, DigestFuture):
+for _future in (SftFuture, PredictionFuture, DigestFuture, FeaturesFuture):
     _future.__await__ = _await
 
 
@@ -53,6 +54,11 @@ def _digest(self, tensor):
     return self.digest_async(tensor).result()
 
 
+def _features(self, images, tokens, token_mask, out):
+    """Features mode: the backbone's pooled features, float32 [n, dim], written into `out`."""
+    return self.features_async(images, tokens, token_mask, out).result()
+
+
 def _dataset_sft_step(self, name, batch, chunk=1):
     """One SFT step on `batch` samples nexusd draws from a dataset you loaded."""
     return self.dataset_sft_step_async(name, batch, chunk).result()
@@ -62,6 +68,7 @@ Client.sft_step = _sft_step
 Client.predict = _predict
 Client.digest = _digest
 Client.dataset_sft_step = _dataset_sft_step
+Client.features = _features
 
 
 def _check_codes() -> None:

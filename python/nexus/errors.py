@@ -34,7 +34,7 @@ _CODES = [
     ("DaemonGone", 16, ConnectionError), ("Internal", 17, None), ("NotRegistered", 18, None),
     ("BadBatch", 19, ValueError), ("UnknownVersion", 20, None), ("UnknownSession", 21, None),
     ("EnvFailed", 22, None), ("JobFailed", 23, None), ("BadDataset", 24, None), ("OverBudget", 25, None),
-    ("QuotaExceeded", 26, None), ("UnknownJob", 27, None), ("Cancelled", 28, None),
+    ("QuotaExceeded", 26, None), ("UnknownJob", 27, None), ("Cancelled", 28, None), ("UnknownRegion", 29, None),
     ("ArenaFull", 1000, MemoryError), ("ConnectFailed", 1001, ConnectionError),
 ]
 

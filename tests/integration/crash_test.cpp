@@ -14,6 +14,7 @@
 
 #include "nexus/status.hpp"
 #include "processes.hpp"
+#include "tenant_run.hpp"
 
 using namespace nexus::test;
 
@@ -86,11 +87,7 @@ TEST_CASE("tenants SIGKILLed mid-step and mid-rollout leave nothing behind and c
   const auto [a0, b0] = run(false);
   const auto [a1, b1] = run(true);
   for (const auto& [x, y] : {std::pair{a0, a1}, std::pair{b0, b1}}) {
-    REQUIRE(x["losses"].size() == y["losses"].size());
-    double worst = 0;
-    for (std::size_t i = 0; i < x["losses"].size(); ++i)
-      worst = std::max(worst, std::abs(x["losses"][i].get<double>() - y["losses"][i].get<double>()) /
-                                  std::abs(x["losses"][i].get<double>()));
+    const double worst = max_relative_difference(x, y);
     INFO(x["tenant"] << ": max relative loss difference " << worst);
     CHECK(worst <= 1e-4);
   }

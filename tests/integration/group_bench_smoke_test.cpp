@@ -6,21 +6,31 @@
 
 using namespace nexus::test;
 
-TEST_CASE("nexus-bench group --json ends with its figures, and writes CSV and PNG", "[integration][model][bench]") {
+TEST_CASE("nexus-bench group --json ends with its figures (medians, spreads, replicas), and writes CSV and PNG",
+          "[integration][model][bench]") {
   TempDir out;
   const std::string csv = out.path + "/group.csv", png = out.path + "/group.png";
   const pid_t b = spawn({NEXUS_TEST_BENCH, "group", "--backbone", "tiny", "--tenants", "1,8", "--batch", "1",
-                         "--rounds", "1", "--csv", csv, "--png", png, "--json"},
+                         "--rounds", "1", "--repeats", "2", "--replicas", "2", "--csv", csv, "--png", png, "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
   INFO(read_file(out.path + "/err"));
   REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
-  for (const char* key : {"speedup_daemon", "speedup_inprocess", "flops_fraction_of_peak", "rss_ratio_8_vs_1"}) {
+  for (const char* key : {"speedup_daemon", "speedup_inprocess", "flops_fraction_of_peak", "rss_ratio_8_vs_1",
+                          "peak_gemm_gflops", "replica_speedup"}) {
     INFO(key);
     REQUIRE(j.contains(key));
     CHECK(j[key].get<double>() > 0);
   }
-  CHECK(j["cells"].size() == 2);
+  for (const char* key : {"speedup_daemon_spread", "speedup_inprocess_spread", "replica_speedup_spread"}) {
+    INFO(key);
+    REQUIRE(j.contains(key));
+    CHECK(j[key].get<double>() >= 0);
+  }
+  CHECK(j["repeats"] == 2);
+  CHECK(j["replicas"] == 2);
+  REQUIRE(j["cells"].size() == 2);
+  for (const auto& cell : j["cells"]) CHECK(cell["replica_speedup"].get<double>() > 0);
   // One backbone copy: eight tenants cost the daemon little more memory than one.
   CHECK(j["rss_ratio_8_vs_1"].get<double>() < 1.2);
   CHECK(read_file(csv).find("tenants,batch") == 0);

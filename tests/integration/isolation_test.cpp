@@ -21,33 +21,13 @@ using namespace nexus::test;
 
 namespace {
 
-struct Tenant {
-  std::string name, head;
-  std::uint64_t seed;
-  std::vector<std::string> extra;
-};
-
 // Runs the tenants at once against one fresh daemon; each one's JSON report by name.
-std::map<std::string, nlohmann::json> run_all(const std::vector<Tenant>& tenants, std::vector<std::string> daemon_flags) {
+std::map<std::string, nlohmann::json> run_all(const std::vector<SftTenant>& tenants, std::vector<std::string> daemon_flags) {
   TempDir out;
   std::vector<std::string> args = {"--weights", tiny_weights_path(), "--log-level", "warn", "--state-dir", out.path + "/state"};
   args.insert(args.end(), daemon_flags.begin(), daemon_flags.end());
   Daemon daemon(args);
-  std::vector<pid_t> pids;
-  for (const auto& t : tenants) {
-    std::vector<std::string> argv = {NEXUS_TEST_SFT_TENANT, "--socket", daemon.socket(), "--tenant", t.name, "--head",
-                                     t.head, "--seed", std::to_string(t.seed), "--steps", "120", "--report-every", "0",
-                                     "--trajectory"};
-    argv.insert(argv.end(), t.extra.begin(), t.extra.end());
-    pids.push_back(spawn(argv, {.stdout_path = out.path + "/" + t.name + ".json", .stderr_path = out.path + "/" + t.name + ".err"}));
-  }
-  std::map<std::string, nlohmann::json> reports;
-  for (std::size_t i = 0; i < tenants.size(); ++i) {
-    const auto rc = wait_exit(pids[i], std::chrono::seconds(240));
-    INFO(tenants[i].name << ": " << read_file(out.path + "/" + tenants[i].name + ".err"));
-    REQUIRE(rc == 0);
-    reports[tenants[i].name] = nlohmann::json::parse(read_file(out.path + "/" + tenants[i].name + ".json"));
-  }
+  auto reports = run_sft_tenants(daemon, tenants, 120, out);
   REQUIRE(nexus::query_status(daemon.socket()).pid == daemon.pid());  // it served on
   return reports;
 }
@@ -56,7 +36,7 @@ std::map<std::string, nlohmann::json> run_all(const std::vector<Tenant>& tenants
 
 TEST_CASE("an offender's out-of-range tokens, NaN actions and over-budget requests change nobody's training",
           "[integration][model][isolation]") {
-  const std::vector<Tenant> honest = {{"alice", "mlp_chunk", 1, {}}, {"bob", "flow", 2, {}}, {"carol", "gaussian", 3, {}}};
+  const std::vector<SftTenant> honest = {{"alice", "mlp_chunk", 1, {}}, {"bob", "flow", 2, {}}, {"carol", "gaussian", 3, {}}};
   // 20 GFLOP: a 16-sample step costs about 2, the offender's 512-sample request about 65.
   const std::vector<std::string> flags = {"--max-request-gflop", "20"};
   const auto alone = run_all(honest, flags);
@@ -69,12 +49,7 @@ TEST_CASE("an offender's out-of-range tokens, NaN actions and over-budget reques
   CHECK(m["refused"]["BadBatch"] == 20);    // NaN actions and token ids out of range
   CHECK(m["refused"]["OverBudget"] == 10);  // over the per-request budget
   for (const auto& t : honest) {
-    const auto& a = alone.at(t.name)["losses"];
-    const auto& b = shared.at(t.name)["losses"];
-    REQUIRE(a.size() == b.size());
-    double worst = 0;
-    for (std::size_t i = 0; i < a.size(); ++i)
-      worst = std::max(worst, std::abs(a[i].get<double>() - b[i].get<double>()) / std::abs(a[i].get<double>()));
+    const double worst = max_relative_difference(alone.at(t.name), shared.at(t.name));
     INFO(t.name << ": max relative loss difference " << worst);
     CHECK(worst <= 1e-4);  // the equivalence tolerance
   }

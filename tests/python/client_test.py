@@ -63,6 +63,27 @@ def zero_copy(c):
     raises(ValueError, lambda: c.alloc("complex64", [2]), "a dtype nexus tensors do not have")
 
 
+def features_mode(c):
+    bb = c.backbone()
+    n, dim = 4, bb.feature_dim
+    region = c.register_host_region(1 << 20)
+    images = region.tensor("uint8", [n, 1, bb.image_size, bb.image_size, 3], 0)
+    tokens = region.tensor("int32", [n, bb.max_tokens], images.nbytes)
+    mask = region.tensor("uint8", [n, bb.max_tokens], images.nbytes + tokens.nbytes)
+    out = region.tensor("float32", [n, dim], (images.nbytes + tokens.nbytes + mask.nbytes + 63) // 64 * 64)
+    images.numpy().reshape(-1)[:] = np.arange(images.nbytes) % 251
+    for i in range(n):
+        nexus.tokenize("reach the red ball", tokens, mask, i)
+    r = c.features(images, tokens, mask, out)
+    check(r.samples == n and r.dim == dim, "features mode answers samples and dim")
+    arena_out = c.alloc("float32", [n, dim])
+    c.features(images, tokens, mask, arena_out)
+    check(np.array_equal(out.numpy(), arena_out.numpy()) and np.abs(out.numpy()).sum() > 0,
+          "features nexusd wrote into a region (inputs there too) equal those it wrote into the arena")
+    c.unregister_region(region)
+    raises(nexus.UnknownRegion, lambda: c.features(images, tokens, mask, arena_out), "a region after unregister")
+
+
 def model_calls(c, other):
     bb = c.backbone()
     n, h, t = 4, bb.image_size, bb.max_tokens
@@ -175,11 +196,12 @@ def demos_like_cpp(socket, workdir):
 
 
 error_classes()
-with Daemon() as d:
+with Daemon("--allow-device-regions") as d:
     c_socket = d.socket
     with nexus.Client.attach("py-alice", socket_path=d.socket) as c, \
             nexus.Client.attach("py-mallory", socket_path=d.socket) as other:
         zero_copy(c)
+        features_mode(c)
         model_calls(c, other)
     check(c.closed, "the with block closed the client")
     raises(ValueError, lambda: c.publish(), "a call on a closed client")

@@ -32,6 +32,28 @@ TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[con
   CHECK(c.jobs_running == defaults.jobs_running);
   CHECK(c.metrics_interval == defaults.metrics_interval);
   CHECK(c.tenants.empty());
+  CHECK(c.devices == defaults.devices);
+  CHECK(c.allow_device_regions == defaults.allow_device_regions);
+}
+
+TEST_CASE("devices, replica pins and regions come from the config, bad ones named", "[config]") {
+  nexus::test::TempDir dir;
+  const std::string path = dir.path + "/c.toml";
+  std::ofstream(path) << "[model]\ndevices = [\"cpu\", \"cpu\"]\n[ipc]\nallow_device_regions = true\n"
+                         "[tenants.alice]\nreplica = 1\n";
+  const auto c = load_config_file(path);
+  CHECK(c.devices == std::vector<std::string>{"cpu", "cpu"});
+  CHECK(c.allow_device_regions);
+  CHECK(c.tenants.at("alice").replica == 1);
+  CHECK(c.tenants.at("alice").weight == 1.0);
+  std::ofstream(path) << "[model]\ndevices = []\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.devices"));
+  std::ofstream(path) << "[model]\ndevices = [\"cpu\", 1]\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.devices must hold only strings"));
+  std::ofstream(path) << "[tenants.alice]\nreplica = 1\n";  // one device by default
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("tenants.alice.replica"));
+  std::ofstream(path) << "[ipc]\nallow_device_regions = 1\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("ipc.allow_device_regions"));
 }
 
 TEST_CASE("tenant weights, priorities and bounds come from the config, bad ones named", "[config]") {

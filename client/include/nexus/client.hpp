@@ -107,6 +107,20 @@ class Client {
   // loaded with normalize; the state is given, and the actions come back, in its units.
   Future<Prediction> predict_async(const Observation& obs, std::uint64_t version = 0, const std::string& dataset = "");
   Prediction predict(const Observation& obs, std::uint64_t version = 0, const std::string& dataset = "");
+  // Features mode, for a head that lives in your process: the backbone's pooled features of the
+  // samples, float32 [n, dim], written by nexusd into `out` (in the arena or a region). Needs
+  // no registered head; the observation's state is ignored.
+  Future<FeaturesResult> features_async(const Observation& obs, const Tensor& out);
+  FeaturesResult features(const Observation& obs, const Tensor& out);
+
+  // ---- regions: memory of yours that nexusd maps too (needs [ipc] allow_device_regions) ----
+  // A sealed memfd of `bytes`, mapped here and handed to nexusd over the control socket.
+  // Throws PermissionDenied where the daemon has regions off.
+  Region register_host_region(std::uint64_t bytes);
+  // nexusd lets go of it (requests in flight keep it until they finish); later requests naming
+  // it get UnknownRegion. Your mapping stays while your handles do.
+  void unregister_region(const Region& region);
+
   // Freezes the head's current parameters as a new version; returns it.
   std::uint64_t publish();
   // Fingerprints of this tenant's head parameters and optimizer state, and its step count.

@@ -37,6 +37,7 @@ enum class ErrorCode : std::uint16_t {
   QuotaExceeded,   // a resource bound (datasets, request memory, tenants per user) is reached
   UnknownJob,      // a job id that is not yours
   Cancelled,       // the work was cancelled before it finished
+  UnknownRegion,   // a region id this tenant has not registered (or has unregistered)
   // Client-side codes, never on the wire:
   ArenaFull = 1000,      // the client arena has no room for the tensor
   ConnectFailed = 1001,  // nothing listens on the socket path

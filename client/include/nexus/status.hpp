@@ -31,6 +31,12 @@ struct TenantUsage {
   double compute_s() const { return train_s + infer_s; }
 };
 
+struct ReplicaStatus {  // one backbone replica ([model] devices)
+  std::string device;
+  std::uint32_t tenants = 0;   // placed on it
+  std::uint64_t groups = 0, samples = 0;
+};
+
 struct DaemonStatus {
   std::string daemon_version;
   std::uint32_t protocol_version = 0;
@@ -40,6 +46,7 @@ struct DaemonStatus {
   std::uint64_t message_bytes_copied = 0;
   std::uint64_t tensor_bytes_copied = 0;
   std::string backbone;
+  std::vector<ReplicaStatus> replicas;  // one per device the backbone is resident on
   std::uint64_t model_groups = 0;
   std::uint64_t model_requests = 0;
   std::uint64_t model_samples = 0;

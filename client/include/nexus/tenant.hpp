@@ -73,6 +73,11 @@ struct Prediction {
   std::vector<std::int64_t> shape;
 };
 
+struct FeaturesResult {  // Client::features: what nexusd wrote
+  std::uint32_t samples = 0;
+  std::uint32_t dim = 0;             // float32 [samples, dim] at the `out` tensor
+};
+
 // The embedded default tokenizer (one token per byte), into row `row` of int32 tokens and
 // uint8 mask tensors of shape [n, max_tokens].
 void tokenize(std::string_view text, const Tensor& tokens, const Tensor& token_mask, std::int64_t row);

@@ -1,5 +1,6 @@
 // Tensors in the client arena: allocated by Client::alloc(), written in place by the tenant,
-// referenced (not copied) by requests. Freed when the last Tensor handle goes away.
+// referenced (not copied) by requests. Freed when the last Tensor handle goes away. Tensors in a
+// region (memory this process registered with nexusd; Region::tensor) are views at an offset.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +28,8 @@ class Tensor {
 
   DType dtype() const { return dtype_; }
   const std::vector<std::int64_t>& shape() const { return shape_; }
-  std::uint64_t offset() const { return offset_; }  // within the client arena
+  std::uint64_t offset() const { return offset_; }  // within the client arena, or its region
+  std::uint32_t region() const { return region_; }  // 0: the client arena
   std::uint64_t bytes() const { return bytes_; }
   std::span<std::uint8_t> raw() const { return {data_, bytes_}; }
   template <class T>
@@ -37,14 +39,39 @@ class Tensor {
 
  private:
   friend class Client;
+  friend class Region;
   Tensor(std::shared_ptr<detail::ArenaAllocator> arena, std::uint8_t* data, std::uint64_t offset,
          std::uint64_t bytes, DType dtype, std::vector<std::int64_t> shape);
   std::shared_ptr<detail::ArenaAllocator> arena_;
+  std::shared_ptr<void> region_memory_;  // region tensors: keeps the mapping
+  std::uint32_t region_ = 0;
   std::uint8_t* data_ = nullptr;
   std::uint64_t offset_ = 0;
   std::uint64_t bytes_ = 0;
   DType dtype_ = DType::UInt8;
   std::vector<std::int64_t> shape_;
+};
+
+// Memory this process shares with nexusd beside the arena (Client::register_host_region): a
+// sealed memfd mapped here and in nexusd. Requests may name tensors in it by offset, and
+// nexusd may write features into it (Client::features). A handle: copies share the memory,
+// which stays mapped here while any handle or tensor of it lives; nexusd lets go of it at
+// Client::unregister_region or detach.
+class Region {
+ public:
+  Region() = default;
+  std::uint32_t id() const { return id_; }
+  std::uint64_t bytes() const { return bytes_; }
+  std::span<std::uint8_t> raw() const { return {memory_.get(), bytes_}; }
+  // A tensor at `offset` in this region. Throws BadTensor outside the region or misaligned
+  // (nexusd checks again, against the size it registered).
+  Tensor tensor(DType dtype, std::vector<std::int64_t> shape, std::uint64_t offset) const;
+
+ private:
+  friend class Client;
+  std::uint32_t id_ = 0;
+  std::uint64_t bytes_ = 0;
+  std::shared_ptr<std::uint8_t> memory_;
 };
 
 }  // namespace nexus

@@ -78,4 +78,23 @@ std::span<const std::uint8_t> ReplyBuilder::loaded(std::uint64_t request_id, std
   return finish(request_id, wire::Body::LoadReply, wire::CreateLoadReply(fbb_, step).Union());
 }
 
+std::span<const std::uint8_t> ReplyBuilder::region_registered(std::uint64_t request_id, std::uint32_t region,
+                                                              std::uint64_t bytes) {
+  fbb_.Clear();
+  auto body = wire::CreateRegisterRegionReply(fbb_, region, bytes);
+  return finish(request_id, wire::Body::RegisterRegionReply, body.Union());
+}
+
+std::span<const std::uint8_t> ReplyBuilder::region_unregistered(std::uint64_t request_id, std::uint32_t region) {
+  fbb_.Clear();
+  auto body = wire::CreateUnregisterRegionReply(fbb_, region);
+  return finish(request_id, wire::Body::UnregisterRegionReply, body.Union());
+}
+
+std::span<const std::uint8_t> ReplyBuilder::features(std::uint64_t request_id, std::uint32_t samples, std::uint32_t dim) {
+  fbb_.Clear();
+  auto body = wire::CreateFeaturesReply(fbb_, samples, dim);
+  return finish(request_id, wire::Body::FeaturesReply, body.Union());
+}
+
 }  // namespace nexus::daemon

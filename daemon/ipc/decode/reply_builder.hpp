@@ -30,6 +30,9 @@ class ReplyBuilder {
                                             std::uint64_t step, std::uint64_t latest_version);
   std::span<const std::uint8_t> saved(std::uint64_t request_id, std::uint64_t step);
   std::span<const std::uint8_t> loaded(std::uint64_t request_id, std::uint64_t step);
+  std::span<const std::uint8_t> region_registered(std::uint64_t request_id, std::uint32_t region, std::uint64_t bytes);
+  std::span<const std::uint8_t> region_unregistered(std::uint64_t request_id, std::uint32_t region);
+  std::span<const std::uint8_t> features(std::uint64_t request_id, std::uint32_t samples, std::uint32_t dim);
 
  private:
   std::span<const std::uint8_t> finish(std::uint64_t request_id, wire::Body type,

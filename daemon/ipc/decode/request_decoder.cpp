@@ -3,6 +3,8 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -30,6 +32,22 @@ bool key_list(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>
   if (keys->size() > 16) return false;
   return std::all_of(keys->begin(), keys->end(),
                      [](const flatbuffers::String* k) { return k && k->size() >= 1 && k->size() <= 255; });
+}
+
+// A tensor reference in a request that may name a registered region: an arena reference is
+// checked here against the arena; a region reference only for what needs no region (dtype,
+// shape, size, alignment), and against its region where the request is routed.
+schema::TensorCheck check_ref(const wire::TensorRef* ref, const RequestLimits& limits) {
+  if (ref->region() == 0) return schema::check_tensor_ref(ref, limits.client_arena_bytes);
+  return schema::check_tensor_ref(ref, std::numeric_limits<std::uint64_t>::max());
+}
+
+// Requests whose tensors nexusd reads in place on the reactor (digest) or writes (environment
+// observations) take arena tensors only.
+std::optional<DecodeError> arena_only(std::uint64_t id, const wire::TensorRef* ref) {
+  if (ref != nullptr && ref->region() != 0)
+    return error(id, wire::ErrorCode::BadMessage, "this request takes tensors in the client arena only (region 0)");
+  return std::nullopt;
 }
 
 }  // namespace
@@ -67,6 +85,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       return req;
     }
     case wire::Body::DigestRequest: {
+      if (auto e = arena_only(id, msg->body_as_DigestRequest()->input())) return *e;
       req.input = schema::check_tensor_ref(msg->body_as_DigestRequest()->input(), limits.client_arena_bytes);
       if (!req.input) return error(id, req.input.code, req.input.reason);
       return req;
@@ -106,6 +125,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       if (r->sessions() == nullptr || r->images() == nullptr || r->state() == nullptr)
         return error(id, wire::ErrorCode::BadMessage, "EnvStepRequest needs sessions, images and state");
       for (const auto* ref : {r->images(), r->state()}) {
+        if (auto e = arena_only(id, ref)) return *e;
         auto check = schema::check_tensor_ref(ref, limits.client_arena_bytes);
         if (!check) return error(id, check.code, check.reason);
       }
@@ -133,25 +153,42 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       }
       return req;
     }
+    case wire::Body::RegisterRegionRequest: {
+      const auto* q = msg->body_as_RegisterRegionRequest();
+      if (q->bytes() == 0) return error(id, wire::ErrorCode::BadMessage, "a region needs bytes > 0");
+      if (static_cast<unsigned>(q->kind()) > static_cast<unsigned>(wire::RegionKind::MAX))
+        return error(id, wire::ErrorCode::BadMessage, "unknown region kind");
+      return req;
+    }
+    case wire::Body::UnregisterRegionRequest:
+      return req;
     case wire::Body::SftStepRequest:
-    case wire::Body::PredictRequest: {
+    case wire::Body::PredictRequest:
+    case wire::Body::FeaturesRequest: {
       const bool sft = msg->body_type() == wire::Body::SftStepRequest;
-      const wire::Observation* obs =
-          sft ? msg->body_as_SftStepRequest()->obs() : msg->body_as_PredictRequest()->obs();
+      const bool features = msg->body_type() == wire::Body::FeaturesRequest;
+      const wire::Observation* obs = sft        ? msg->body_as_SftStepRequest()->obs()
+                                     : features ? msg->body_as_FeaturesRequest()->obs()
+                                                : msg->body_as_PredictRequest()->obs();
       if (obs == nullptr) return error(id, wire::ErrorCode::BadMessage, "request without an observation");
-      if (!sft && msg->body_as_PredictRequest()->dataset() && !label(msg->body_as_PredictRequest()->dataset()))
+      if (!sft && !features && msg->body_as_PredictRequest()->dataset() &&
+          !label(msg->body_as_PredictRequest()->dataset()))
         return error(id, wire::ErrorCode::BadMessage, "dataset names are 1-64 of [A-Za-z0-9._-]");
-      // Every tensor named must lie inside the arena; shapes are the model service's to judge.
+      // Every tensor named must lie inside the arena (or, for a region, be well formed: its
+      // bounds are checked where it is routed); shapes are the model service's to judge.
+      const wire::TensorRef* extra = sft ? msg->body_as_SftStepRequest()->actions()
+                                     : features ? msg->body_as_FeaturesRequest()->out()
+                                                : nullptr;
       const std::pair<const wire::TensorRef*, const char*> refs[] = {
           {obs->images(), "images"}, {obs->tokens(), "tokens"}, {obs->token_mask(), "token_mask"},
-          {obs->state(), "state"}, {sft ? msg->body_as_SftStepRequest()->actions() : nullptr, "actions"}};
+          {obs->state(), "state"}, {extra, sft ? "actions" : "out"}};
       for (const auto& [ref, name] : refs) {
-        const bool required = std::string_view(name) != "state" && (sft || std::string_view(name) != "actions");
+        const bool required = std::string_view(name) != "state" && (sft || features || std::string_view(name) != "out");
         if (ref == nullptr) {
           if (required) return error(id, wire::ErrorCode::BadMessage, std::string("missing tensor ") + name);
           continue;
         }
-        auto check = schema::check_tensor_ref(ref, limits.client_arena_bytes);
+        auto check = check_ref(ref, limits);
         if (!check) return error(id, check.code, std::string(name) + ": " + check.reason);
       }
       return req;

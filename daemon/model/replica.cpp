@@ -1,0 +1,300 @@
+#include "daemon/model/replica.hpp"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "daemon/log/log_text.hpp"
+#include "daemon/model/policy_port.hpp"
+#include "daemon/model/torchscript_backbone.hpp"
+
+namespace nexus::model::detail {
+
+using daemon::log_text;
+using daemon::LogLevel;
+using metrics::Service;
+
+// An RL job's view of its tenant's replica: its rollout steps go on the Inference Queue and its
+// update minibatches on the Training Queue, like any tenant's requests.
+class Replica::Policy final : public PolicyPort {
+ public:
+  Policy(Replica& replica, std::string tenant) : replica_(replica), tenant_(std::move(tenant)) {}
+  Acted act(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask,
+            const torch::Tensor& state) override {
+    ActWork w;
+    w.tenant = tenant_, w.images = images, w.tokens = tokens, w.mask = mask, w.state = state;
+    auto done = w.done.get_future();
+    replica_.submit(std::move(w));
+    return done.get();
+  }
+  void with_slot(const std::function<void(TenantSlot&)>& fn) override {
+    SlotWork w;
+    w.tenant = tenant_, w.fn = fn;
+    auto done = w.done.get_future();
+    replica_.submit(std::move(w));
+    done.get();
+  }
+  std::int64_t image_size() const override { return replica_.backbone().image_size; }
+  std::int64_t max_tokens() const override { return replica_.backbone().max_tokens; }
+  std::int64_t feature_dim() const override { return replica_.backbone().dim; }
+
+ private:
+  Replica& replica_;
+  std::string tenant_;
+};
+
+Replica::Replica(const ModelConfig& config, std::string device, const std::string& role_name,
+                 std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health,
+                 bool inject_executor_throw)
+    : config_(config), device_(std::move(device)), accounting_(std::move(accounting)), health_(health) {
+  const bool builtin = config.backbone != "torchscript" && config.backbone != "aoti";
+  if (config.backbone == "torchscript") {
+    if (config.weights.empty()) throw std::runtime_error("--backbone torchscript needs --weights FILE.pt");
+    backbone_ = load_torchscript_backbone(config.weights);
+  } else if (config.backbone == "aoti") {
+    if (config.weights.empty()) throw std::runtime_error("--backbone aoti needs --weights FILE.pt2");
+    backbone_ = load_aoti_backbone(config.weights);
+  } else {
+    auto bc = named_backbone(config.backbone);
+    if (!bc) throw std::runtime_error("unknown backbone '" + config.backbone + "' (tiny, small, torchscript, aoti)");
+    backbone_ = make_builtin_backbone(*bc, config.weights);
+  }
+  const auto& bc = backbone_->config();
+  log_text(config.weights.empty() ? LogLevel::Warn : LogLevel::Info, "backbone",
+           "name=" + bc.name + " device=" + device_ +
+               " weights=" + (config.weights.empty() ? "none(seeded_init_not_pretrained)" : config.weights) +
+               " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size) +
+               " deterministic=" + (config.deterministic ? "true" : "false"));
+  for (const auto& [tenant, p] : config.tenants) share_.configure(tenant_id(tenant), p.weight, p.priority);
+  registry_ = std::make_unique<SlotRegistry>(config, bc);
+  executor_ = std::make_unique<GroupExecutor>(*backbone_, *registry_,
+                                              make_cost_model(*backbone_, bc, config.max_request_gflop, builtin),
+                                              config.deterministic, accounting_.get(), stats_, stats_mu_);
+  throw_once_ = inject_executor_throw;
+  if (health_)
+    role_ = health_->add(role_name, std::chrono::milliseconds(0), [this] {
+      std::lock_guard lk(threads_mu_);
+      retired_.push_back(std::move(thread_));
+      thread_ = std::thread([this, g = role_->generation()] { run(g); });
+    });
+  std::lock_guard lk(threads_mu_);
+  thread_ = std::thread([this] { run(1); });
+}
+
+Replica::~Replica() {
+  if (role_) health_->remove(role_);  // no restart from here on
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  {
+    std::lock_guard lk(threads_mu_);
+    thread_.join();
+    for (auto& t : retired_) t.join();
+  }
+  std::vector<Work> left;
+  {
+    std::lock_guard lk(mu_);
+    left = queues_.drain();
+  }
+  for (auto& w : left)
+    if (!cancelled(w)) fail(w, Fault::Internal, "nexusd is stopping");
+}
+
+void Replica::submit(Work w) {
+  {
+    std::lock_guard lk(mu_);
+    bool returning = false;
+    if (!is_inference(w)) {
+      const auto now = sched::Clock::now();
+      auto [it, fresh] = last_training_.try_emplace(tenant_id(tenant_of(w)), now);
+      returning = fresh || now - it->second > kIdleGrace;
+      it->second = now;
+    }
+    queues_.push(std::move(w), share_, returning);
+  }
+  cv_.notify_one();
+}
+
+void Replica::tenant_attached(const std::string& tenant) {
+  registry_->attached(tenant);
+  std::lock_guard lk(mu_);
+  attached_names_.insert(tenant);
+  attached_ids_.insert(tenant_id(tenant));
+}
+
+void Replica::tenant_detached(const std::string& tenant) {
+  registry_->detached(tenant);
+  {
+    std::lock_guard lk(mu_);
+    attached_names_.erase(tenant);
+    attached_ids_.erase(tenant_id(tenant));
+    attached_.erase(tenant);
+  }
+  cv_.notify_one();  // a waiting group may now hold every active tenant
+}
+
+void Replica::tenant_released(const std::string& tenant) { registry_->released(tenant); }
+void Replica::pin_version(const std::string& tenant, std::uint64_t version) { registry_->pin(tenant, version); }
+void Replica::unpin_version(const std::string& tenant, std::uint64_t version) { registry_->unpin(tenant, version); }
+
+std::unique_ptr<PolicyPort> Replica::policy_port(const std::string& tenant) {
+  return std::make_unique<Policy>(*this, tenant);
+}
+
+ModelStats Replica::stats() const {
+  ModelStats s;
+  {
+    std::lock_guard lk(stats_mu_);
+    s = stats_;
+  }
+  std::lock_guard lk(mu_);
+  s.inference_queued = queues_.inference_size();
+  s.training_queued = queues_.training_size();
+  return s;
+}
+
+// One generation of the executor's role: a loop that throws reports it and leaves; the Health
+// Manager starts the next generation (the queues and slots are as the last turn left them).
+void Replica::run(std::uint64_t generation) {
+  try {
+    serve(generation);
+  } catch (const std::exception& e) {
+    if (!role_) throw;  // no manager: nothing would restart it
+    role_->failed(std::string("executor: ") + e.what(), generation);
+  }
+}
+
+// The executor: one turn at a time, inference first (work_queues.hpp).
+void Replica::serve(std::uint64_t generation) {
+  // A fixed thread count for the daemon's life: reductions split across threads the same way
+  // in every pass (deterministic mode relies on it).
+  torch::set_num_threads(config_.torch_threads > 0 ? config_.torch_threads
+                                                   : static_cast<int>(std::thread::hardware_concurrency()));
+  if (config_.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  const sched::TrainingPolicy training{config_.batch, config_.group_window_s};
+  auto next_evict = sched::Clock::now();
+  for (;;) {
+    std::optional<WorkQueues::Turn> turn;
+    {
+      std::unique_lock lk(mu_);
+      if (stop_ || (role_ && !role_->current(generation))) return;
+      if (!queues_.empty() && throw_once_.exchange(false)) throw std::runtime_error("injected fault: the executor threw");
+      std::chrono::microseconds wait = std::chrono::seconds(1);  // wakes for eviction at least
+      if (!queues_.empty()) {
+        const auto now = sched::Clock::now();
+        std::set<std::uint64_t> training_active;
+        for (const auto& [id, at] : last_training_)
+          if (now - at < std::chrono::seconds(2) && attached_ids_.count(id)) training_active.insert(id);
+        std::chrono::microseconds until{0};
+        const bool owed = busy_train_ < config_.min_training_share * (busy_train_ + busy_infer_);
+        turn = queues_.next(now, config_.batch, training, attached_.size(), training_active, share_, owed, until);
+        wait = std::min(wait, until);
+      }
+      if (!turn) cv_.wait_for(lk, wait);
+    }
+    if (turn) execute(*turn);
+    if (const auto now = sched::Clock::now(); now >= next_evict) {
+      registry_->evict_idle(now);
+      next_evict = now + std::chrono::seconds(1);
+    }
+    std::lock_guard lk(stats_mu_);  // the registry is the executor's: published here for stats()
+    stats_.slots_resident = registry_->resident();
+    stats_.slots_evicted = registry_->evicted();
+  }
+}
+
+void Replica::execute(WorkQueues::Turn& turn) {
+  registry_->apply_releases();  // a released name's old slot is gone before its new owner's turn
+  const auto service = turn.inference ? Service::Inference : Service::Training;
+  const auto& leader = tenant_of(turn.works.front());
+  metrics::BusyScope busy(accounting_.get(), service, leader);
+  if (accounting_)
+    for (const auto& w : turn.works)
+      accounting_->queue_wait(tenant_of(w), service,
+                              std::chrono::duration<double, std::micro>(busy.started() - arrival_of(w)).count());
+  std::map<std::string, double> charged;
+  if (is_batchable(turn.works.front()))
+    charged = executor_->run(turn.works, service);
+  else
+    charged = run_single(turn.works.front());
+  const auto end = sched::Clock::now();
+  const double took = std::chrono::duration<double>(end - busy.started()).count();
+  {
+    // Each queue's recent share of the executor: exponentially decaying busy seconds
+    // (a 5 s time constant), for the training floor.
+    std::lock_guard lk(mu_);
+    const double decay = std::exp(-std::chrono::duration<double>(end - last_turn_end_).count() / 5.0);
+    busy_train_ *= decay, busy_infer_ *= decay;
+    (turn.inference ? busy_infer_ : busy_train_) += took;
+    last_turn_end_ = end;
+  }
+  if (turn.inference) return;  // fair share is of training compute
+  {
+    std::lock_guard lk(stats_mu_);
+    stats_.longest_training_turn_s = std::max(stats_.longest_training_turn_s, took);
+  }
+  std::lock_guard lk(mu_);
+  for (const auto& [tenant, seconds] : charged) share_.charge(tenant_id(tenant), seconds);
+}
+
+// A turn of its own: a slot operation, or an RL update minibatch.
+std::map<std::string, double> Replica::run_single(Work& w) {
+  std::map<std::string, double> charged;
+  if (cancelled(w)) return charged;
+  const auto& tenant = tenant_of(w);
+  const auto t0 = sched::Clock::now();
+  if (auto* s = std::get_if<SlotWork>(&w)) {
+    auto* slot = registry_->find(tenant);
+    if (!slot) {
+      fail(w, Fault::NotRegistered, "the tenant has no slot: register it first");
+      return charged;
+    }
+    try {
+      s->fn(*slot->trainer);
+      s->done.set_value();
+    } catch (const std::exception& e) {
+      fail(w, Fault::Internal, e.what());
+    }
+    const double seconds = std::chrono::duration<double>(sched::Clock::now() - t0).count();
+    charged[tenant] = seconds;
+    if (accounting_) accounting_->charge(tenant, Service::Training, seconds, 0, 1);
+    return charged;
+  }
+  auto& r = std::get<TenantWork>(w).request;
+  r.done(std::visit(
+      [&](auto& o) -> Result {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, op::Register>) {
+          auto result = registry_->register_tenant(tenant, r.uid, o);
+          if (!std::holds_alternative<Failure>(result)) note_registered(tenant);
+          return result;
+        } else if constexpr (std::is_same_v<T, op::Load>) {
+          auto result = registry_->load(tenant, r.uid, o.tag);
+          if (!std::holds_alternative<Failure>(result)) note_registered(tenant);
+          return result;
+        } else if constexpr (std::is_same_v<T, op::Backbone>) {
+          const auto& bb = backbone_->config();
+          return BackboneInfo{bb.name, bb.image_size, bb.max_views, bb.max_tokens, bb.dim};
+        } else if constexpr (std::is_same_v<T, op::Publish>) {
+          return registry_->publish(tenant);
+        } else if constexpr (std::is_same_v<T, op::Save>) {
+          return registry_->save(tenant, r.uid, o.tag);
+        } else if constexpr (std::is_same_v<T, op::Digest>) {
+          return registry_->digest(tenant);
+        } else {
+          return Failure{Fault::Internal, "a batchable request went alone"};
+        }
+      },
+      r.op));
+  return charged;
+}
+
+// A registered, attached tenant is waited for when inference groups form.
+void Replica::note_registered(const std::string& tenant) {
+  std::lock_guard lk(mu_);
+  if (attached_names_.count(tenant)) attached_.insert(tenant);
+}
+
+}  // namespace nexus::model::detail

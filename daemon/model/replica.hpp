@@ -1,0 +1,101 @@
+// One backbone replica and everything it serves (model service internals): its own copy of the
+// frozen backbone on its device, the slots of the tenants placed on it, and one executor thread
+// that serves its two queues in turns:
+//   Inference Queue  predict and RL acting: first at every turn, group-batched by T and B.
+//   Training Queue   SFT steps, RL update minibatches, slot operations: picked by weighted fair
+//                    share (sched/fair_share.hpp), SFT steps group-batched too.
+// A turn is one group pass (or one slot operation): inference never waits behind a queue of
+// training work, only behind the turn in progress. Replicas share nothing but the accounting
+// and the state directory, so a tenant's requests must always reach the replica its slot is on
+// (ModelService places tenants; model_service.cpp).
+//
+// The executor is a Health Manager role (failure reports: a loop that throws is restarted on a
+// new thread with back-off). A slow turn is not taken over: a second thread cannot own the
+// backbone and slots while the first may still be inside a pass; a turn's work is bounded by
+// max_request_gflop instead.
+//
+// Thread safety: every public member may be called from any thread. Slots and the backbone are
+// touched by the executor thread only.
+#pragma once
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/model/backbone.hpp"
+#include "daemon/model/group_executor.hpp"
+#include "daemon/model/model_service.hpp"
+#include "daemon/model/slot_registry.hpp"
+#include "daemon/model/work.hpp"
+#include "daemon/model/work_queues.hpp"
+
+namespace nexus::model::detail {
+
+class Replica {
+ public:
+  // Loads the backbone (throws std::runtime_error) and starts the executor thread, a role of
+  // `health` named `role_name` (optional). inject_executor_throw (tests): the loop throws once.
+  Replica(const ModelConfig& config, std::string device, const std::string& role_name,
+          std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, bool inject_executor_throw);
+  ~Replica();  // stops the executor; queued work fails with "nexusd is stopping"
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  void submit(Work w);
+  void tenant_attached(const std::string& tenant);
+  void tenant_detached(const std::string& tenant);
+  void tenant_released(const std::string& tenant);
+  void pin_version(const std::string& tenant, std::uint64_t version);
+  void unpin_version(const std::string& tenant, std::uint64_t version);
+  std::unique_ptr<PolicyPort> policy_port(const std::string& tenant);
+
+  ModelStats stats() const;
+  const BackboneConfig& backbone() const { return backbone_->config(); }
+  const std::string& device() const { return device_; }
+
+ private:
+  class Policy;
+
+  // A tenant with no training work for this long is idle: it comes back with no banked credit.
+  static constexpr auto kIdleGrace = std::chrono::seconds(1);
+
+  void run(std::uint64_t generation);
+  void serve(std::uint64_t generation);
+  void execute(WorkQueues::Turn& turn);
+  std::map<std::string, double> run_single(Work& w);
+  void note_registered(const std::string& tenant);
+
+  const ModelConfig config_;
+  const std::string device_;
+  std::shared_ptr<metrics::Accounting> accounting_;
+  daemon::HealthManager* const health_;
+  std::unique_ptr<Backbone> backbone_;
+  std::unique_ptr<SlotRegistry> registry_;   // slots: executor thread (pins: any)
+  std::unique_ptr<GroupExecutor> executor_;  // executor thread only
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  WorkQueues queues_;                                                 // GUARDED_BY(mu_)
+  sched::FairShare share_;                                            // GUARDED_BY(mu_)
+  std::map<std::uint64_t, sched::Clock::time_point> last_training_;  // GUARDED_BY(mu_)
+  std::set<std::string> attached_names_;                              // GUARDED_BY(mu_): attached now
+  std::set<std::uint64_t> attached_ids_;                              // GUARDED_BY(mu_): the same, as ids
+  std::set<std::string> attached_;                                    // GUARDED_BY(mu_): attached and registered
+  bool stop_ = false;                                                 // GUARDED_BY(mu_)
+  double busy_train_ = 0, busy_infer_ = 0;                            // GUARDED_BY(mu_): recent, decaying
+  sched::Clock::time_point last_turn_end_ = sched::Clock::now();     // GUARDED_BY(mu_)
+
+  mutable std::mutex stats_mu_;
+  ModelStats stats_;  // GUARDED_BY(stats_mu_)
+  std::shared_ptr<daemon::Role> role_;  // the executor's (Health Manager); null without one
+  std::atomic<bool> throw_once_{false};
+  std::mutex threads_mu_;
+  std::thread thread_;                 // GUARDED_BY(threads_mu_): the executor now
+  std::vector<std::thread> retired_;   // GUARDED_BY(threads_mu_): generations that threw and left
+};
+
+}  // namespace nexus::model::detail

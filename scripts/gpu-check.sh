@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The one command that verifies Nexus's GPU path (docs/design/gpu.md). On any machine it sets up
+# and builds (scripts/setup.sh), checks that every CUDA source was compiled by nvcc, and runs the
+# kernel tests; where an NVIDIA GPU is visible, the CUDA kernels are run against their CPU
+# references and `nexus-bench group` measures grouped passes, each cell repeated. Without a GPU
+# it says so, and what it could not run, and exits 0 when everything it could run passed.
+#   scripts/gpu-check.sh [--out DIR] [--preset release]   (figures: DIR/gpu-check.json)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out= preset=release
+while [ $# -gt 0 ]; do
+  case $1 in
+    --out) out=$2; shift 2 ;;
+    --preset) preset=$2; shift 2 ;;
+    *) echo "usage: scripts/gpu-check.sh [--out DIR] [--preset PRESET]" >&2; exit 2 ;;
+  esac
+done
+[ -n "$out" ] || out=$(mktemp -d /tmp/nexus-gpu-check-XXXXXX)
+mkdir -p "$out"
+log() { printf '[gpu-check] %s\n' "$*" >&2; }
+
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >"$out/gpus.txt" 2>/dev/null; then
+  gpus=$(grep -c '^GPU ' "$out/gpus.txt" || true)
+fi
+if [ "$gpus" -gt 0 ]; then log "GPUs: $(paste -sd';' "$out/gpus.txt")"; else log "no NVIDIA GPU here (nvidia-smi finds none)"; fi
+
+venv=$("$here/scripts/setup.sh" "$preset" | tail -n 1)
+build=$here/build/$preset
+torch=$("$venv/bin/python" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>/dev/null ||
+        echo "not importable from $venv")
+log "LibTorch: $torch"
+
+# Every .cu under kernels/ must have been compiled by nvcc into this build (CI compiles them too).
+cuda_sources=$(cd "$here" && ls kernels/*.cu | wc -l)
+cuda_objects=$(find "$build/kernels" -name '*.cu.o' | wc -l)
+nvcc_version=$(command -v nvcc >/dev/null && nvcc --version | sed -n 's/.*release \([0-9.]*\).*/\1/p' || echo none)
+log "nvcc $nvcc_version: $cuda_objects of $cuda_sources CUDA sources compiled"
+if [ "$cuda_objects" -ne "$cuda_sources" ]; then log "FAIL: a CUDA source was not compiled"; exit 1; fi
+
+log "kernel tests (CPU references always; CUDA against them where a GPU is)"
+if ! (cd "$here" && ctest --preset "$preset" -V -R 'CUDA kernels|group pack|partition scatter') >"$out/kernels.log" 2>&1; then
+  cat "$out/kernels.log" >&2
+  log "FAIL: kernel tests (log: $out/kernels.log)"
+  exit 1
+fi
+grep -E 'tests passed|Passed|no CUDA device' "$out/kernels.log" | sed 's/^/  /' >&2
+cuda_run=false
+if [ "$gpus" -gt 0 ] && ! grep -q "no CUDA device here" "$out/kernels.log"; then cuda_run=true; fi
+
+bench=null
+if [ "$gpus" -gt 0 ]; then
+  log "nexus-bench group (small backbone, 3 repeats per cell)"
+  "$build/bench/nexus-bench" group --backbone small --repeats 3 --csv "$out/group.csv" --png "$out/group.png" --json |
+    tee "$out/group.txt"
+  bench=$(tail -n 1 "$out/group.txt")
+else
+  log "not run without a GPU: the CUDA kernels (compiled and linked only) and the GPU group benchmark"
+fi
+printf '{"gpus": %d, "torch": "%s", "nvcc": "%s", "cuda_sources": %d, "cuda_objects": %d, "cuda_kernels_run": %s, "group": %s}\n' \
+  "$gpus" "$torch" "$nvcc_version" "$cuda_sources" "$cuda_objects" "$cuda_run" "$bench" | tee "$out/gpu-check.json"
