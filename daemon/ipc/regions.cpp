@@ -99,11 +99,4 @@ std::size_t RegionTable::size() const {
   return regions_.size();
 }
 
-std::uint64_t RegionTable::bytes() const {
-  std::lock_guard lk(mu_);
-  std::uint64_t total = 0;
-  for (const auto& [id, m] : regions_) total += m.bytes;
-  return total;
-}
-
 }  // namespace nexus::daemon

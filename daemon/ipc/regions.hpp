@@ -75,7 +75,6 @@ class RegionTable {
   std::variant<Resolved, RegionRefusal> resolve(const wire::TensorRef* ref) const;
 
   std::size_t size() const;
-  std::uint64_t bytes() const;  // registered, in all
 
  private:
   const std::uint64_t max_region_bytes_;

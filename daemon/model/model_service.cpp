@@ -63,8 +63,6 @@ detail::Replica& ModelService::replica_for(const std::string& tenant) {
   return *replicas_[chosen];
 }
 
-std::string ModelService::device_of(const std::string& tenant) { return replica_for(tenant).device(); }
-
 void ModelService::submit(Request request) {
   auto& replica = replica_for(request.tenant);
   replica.submit(detail::TenantWork{std::move(request)});

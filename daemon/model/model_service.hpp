@@ -203,8 +203,6 @@ class ModelService {
 
   ModelStats stats() const;
   const BackboneConfig& backbone() const;  // every replica's is the same
-  // The device a tenant's slot is on, placing it if it was not yet.
-  std::string device_of(const std::string& tenant);
 
  private:
   detail::Replica& replica_for(const std::string& tenant);  // places on first sight
