@@ -33,10 +33,25 @@ cleanup() {
 trap cleanup EXIT
 for _ in $(seq 200); do "$bin/client/nexusctl" -s "$sock" status >/dev/null 2>&1 && break; sleep 0.05; done
 rss() { awk '/VmRSS/ {print $2}' "/proc/$daemon/status"; }
+# RSS split by kind (KiB): anonymous (heap, LibTorch's allocations), shared memory (the tenants'
+# mapped segments and regions: pages a tenant touched count here too), file-backed (libraries).
+breakdown() { awk '/RssAnon|RssShmem|RssFile/ {printf ",%s", $2}' "/proc/$daemon/status"; }
+# Every 5 minutes (every minute in runs of up to 12): resident KiB per mapping kind from smaps, to
+# tell which kind grows; anonymous mappings of 8 MiB or more are summed per size.
+smaps_snapshot() {
+  awk -v t="$1" '/^[0-9a-f]+-[0-9a-f]+ / { name = $6 }
+       /^Size:/ { if (name ~ /memfd/) kind = "memfd"; else if (name ~ /[.]so/) kind = "libraries";
+                  else if (name ~ /^\//) kind = "files"; else if (name != "") kind = name;
+                  else if ($2 < 8192) kind = "anon<8MiB"; else kind = sprintf("anon %dMiB", $2 / 1024) }
+       /^Rss:/ { rss[kind] += $2 }
+       END { for (k in rss) printf "%s,%s,%d\n", t, k, rss[k] }' "/proc/$daemon/smaps" >>"$out/smaps.csv"
+}
 sleep 2
 idle=$(rss)
-echo "t_s,rss_kib,phase" >"$out/rss.csv"
-echo "0,$idle,idle" >>"$out/rss.csv"
+echo "t_s,rss_kib,phase,anon_kib,file_kib,shmem_kib" >"$out/rss.csv"
+echo "0,$idle,idle$(breakdown)" >>"$out/rss.csv"
+echo "t_s,mapping,rss_kib" >"$out/smaps.csv"
+smaps_snapshot 0
 echo "[soak] idle daemon RSS ${idle} KiB; 6 SFT + 2 PPO tenants for $minutes min" >&2
 "$bin/client/nexusctl" dataset record --task reach --episodes 50 --out "$run/reach.hdf5" >/dev/null
 for i in 1 2 3 4 5 6; do
@@ -58,17 +73,23 @@ end=$((start + minutes * 60))
 while [ "$(date +%s)" -lt "$end" ]; do
   sleep 10
   t=$(( $(date +%s) - start ))
-  echo "$t,$(rss),load" >>"$out/rss.csv"
-  [ $((t % 300)) -lt 10 ] && echo "[soak] $t s: RSS $(rss) KiB" >&2
+  echo "$t,$(rss),load$(breakdown)" >>"$out/rss.csv"
+  every=300; [ "$minutes" -le 12 ] && every=60   # short runs are for finding what grows
+  if [ $((t % every)) -lt 10 ]; then
+    smaps_snapshot "$t"
+    echo "[soak] $t s: RSS $(rss) KiB (anon, file, shmem:$(breakdown))" >&2
+  fi
 done
 "$bin/client/nexusctl" -s "$sock" usage --json >"$out/usage.json"
+"$bin/client/nexusctl" -s "$sock" status --json >"$out/status-load.json"
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 wait "${pids[@]}" 2>/dev/null || true
 pids=()
 echo "[soak] every tenant left; waiting for the idle eviction (20 s) ..." >&2
 sleep 40
 t=$(( $(date +%s) - start ))
-echo "$t,$(rss),after" >>"$out/rss.csv"
+echo "$t,$(rss),after$(breakdown)" >>"$out/rss.csv"
+smaps_snapshot "$t"
 "$bin/client/nexusctl" -s "$sock" status --json >"$out/status-after.json"
 "$venv/bin/python" - "$out" <<'PY'
 import csv, json, sys

@@ -49,4 +49,14 @@ inline Point around_shoulder(Point from, Point to) {
   return {r * std::cos(a), r * std::sin(a)};
 }
 
+// The reach expert's controller toward `goal` (by way of around_shoulder): full speed from 5 cm
+// out, then proportional (a smooth function of the offset is easier to imitate than a bang-bang
+// one, and still arrives in a few steps). Shared by the expert and the scripted baselines.
+inline std::pair<float, float> steer_toward(Point tip, Point goal) {
+  const auto [tx, ty] = around_shoulder(tip, goal);
+  const double gain = 1.0 / 0.05;
+  return {static_cast<float>(std::clamp((tx - tip.first) * gain, -1.0, 1.0)),
+          static_cast<float>(std::clamp((ty - tip.second) * gain, -1.0, 1.0))};
+}
+
 }  // namespace nexus::sim

@@ -19,13 +19,8 @@ class Reach : public Task {
   explicit Reach(const TaskOptions& o) : Task("reach", assets::kReachXml, o, /*max_steps=*/40, /*substeps=*/10) {}
 
   std::vector<float> expert_action() const override {
-    const auto [x, y] = tip();
-    const auto [tx, ty] = around_shoulder(tip(), target_);
-    // Straight at the target: full speed from 5 cm out, then proportional (a smooth function of
-    // the offset is easier to imitate than a bang-bang one, and still arrives in a few steps).
-    const double gain = 1.0 / 0.05;
-    return {static_cast<float>(std::clamp((tx - x) * gain, -1.0, 1.0)),
-            static_cast<float>(std::clamp((ty - y) * gain, -1.0, 1.0))};
+    const auto [ax, ay] = steer_toward(tip(), target_);
+    return {ax, ay};
   }
 
  private:

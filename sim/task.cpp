@@ -88,7 +88,7 @@ Task::Task(std::string name, const char* mjcf, const TaskOptions& options, int d
   s.shoulder_v = s.model->jnt_dofadr[shoulder];
   s.elbow_v = s.model->jnt_dofadr[elbow];
   if (image_size_ < 8 || image_size_ > 256) throw TaskError("image_size must be 8..256");
-  s.renderer = std::make_unique<Renderer>(s.model, image_size_);
+  s.renderer = std::make_unique<Renderer>(s.model, image_size_, mjcf);  // one kind per MJCF: contexts shared
 }
 
 Task::~Task() = default;
@@ -178,6 +178,12 @@ std::vector<float> Task::sim_state() const {
     s.push_back(static_cast<float>(d->mocap_pos[3 * i + 1]));
   }
   return s;
+}
+
+std::vector<std::pair<double, double>> Task::mocap_xy() const {
+  std::vector<std::pair<double, double>> xy;
+  for (int i = 0; i < sim_->model->nmocap; ++i) xy.emplace_back(sim_->data->mocap_pos[3 * i], sim_->data->mocap_pos[3 * i + 1]);
+  return xy;
 }
 
 std::pair<double, double> Task::tip() const {

@@ -60,6 +60,10 @@ class Task {
   int image_size() const { return image_size_; }
   bool done() const { return done_; }
   bool success() const { return success_; }
+  // Where the fingertip and the mocap bodies (reach: its three balls, in MJCF order) are, in
+  // metres: for scripted baselines (sim/baselines.hpp), never part of an observation.
+  std::pair<double, double> fingertip() const { return tip(); }
+  std::vector<std::pair<double, double>> mocap_xy() const;
 
   struct Sim;  // MuJoCo model, data and renderer (task.cpp)
 

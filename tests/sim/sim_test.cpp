@@ -2,7 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <memory>
+#include <thread>
+#include <vector>
 
+#include "sim/baselines.hpp"
+#include "sim/renderer.hpp"
 #include "sim/task.hpp"
 
 using nexus::sim::make_task;
@@ -35,6 +40,74 @@ TEST_CASE("the scripted experts succeed on at least 95% of episodes", "[sim]") {
   INFO("reach " << reach << ", push " << push);
   CHECK(reach >= 0.95);
   CHECK(push >= 0.95);
+}
+
+TEST_CASE("reach's instruction-ignoring baselines score what ignoring the instruction can", "[sim]") {
+  std::vector<std::uint64_t> seeds(200);
+  for (std::size_t i = 0; i < seeds.size(); ++i) seeds[i] = 5000 + i;
+  using nexus::sim::IgnoringPolicy;
+  const auto nearest = nexus::sim::instruction_ignoring_reach(IgnoringPolicy::NearestBall, seeds);
+  const auto sweep = nexus::sim::instruction_ignoring_reach(IgnoringPolicy::Sweep, seeds);
+  INFO("nearest ball " << nearest.success << ", sweep " << sweep.success);
+  // Heading for one ball without reading which is named finds the named one some of the time:
+  // about a third, less since episodes start away from the named ball (sim/reach.cpp).
+  CHECK(nearest.success > 0.05);
+  CHECK(nearest.success < 0.5);
+  // Visiting the balls in turn starts with the nearest, so it never does worse, and it reaches
+  // a second ball within the 40 steps often enough to do better.
+  CHECK(sweep.success > nearest.success + 0.1);
+  // The same seeds, the same scores: the baselines are functions of the layouts alone.
+  CHECK(nexus::sim::instruction_ignoring_reach(IgnoringPolicy::Sweep, seeds).success == sweep.success);
+}
+
+TEST_CASE("reach's mocap bodies are its three balls, and the fingertip is where proprio says", "[sim]") {
+  auto t = make_task("reach");
+  t->reset(3);
+  const auto balls = t->mocap_xy();
+  REQUIRE(balls.size() == 3);
+  const auto state = t->sim_state();  // qpos (2), qvel (2), then the mocap positions
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(balls[i].first == Approx(state[4 + 2 * i]).margin(1e-6));
+    CHECK(balls[i].second == Approx(state[5 + 2 * i]).margin(1e-6));
+  }
+  const auto p = t->proprio();  // fingertip in units of 0.25 m
+  CHECK(t->fingertip().first == Approx(p[0] * 0.25).margin(1e-6));
+  CHECK(t->fingertip().second == Approx(p[1] * 0.25).margin(1e-6));
+}
+
+TEST_CASE("sessions share rendering contexts: as many as render at once, the same frames", "[sim]") {
+  using nexus::sim::Renderer;
+  REQUIRE(Renderer::contexts_alive() == 0);
+  std::vector<std::unique_ptr<nexus::sim::Task>> tasks;
+  for (int i = 0; i < 16; ++i) {
+    tasks.push_back(make_task("reach"));
+    tasks.back()->reset(static_cast<std::uint64_t>(40 + i));
+  }
+  // One thread renders all 16 sessions through one context (one per session cost 78 MiB each).
+  std::vector<std::vector<std::uint8_t>> alone;
+  for (auto& t : tasks) alone.push_back(t->render());
+  CHECK(Renderer::contexts_alive() == 1);
+  // A frame does not depend on what the context drew before: the first session again, after 15 others.
+  CHECK(tasks[0]->render() == alone[0]);
+  // Two threads render at once: two contexts at most, and every frame as drawn alone.
+  std::vector<std::vector<std::uint8_t>> together(tasks.size());
+  auto half = [&](std::size_t from) {
+    for (int round = 0; round < 3; ++round)
+      for (std::size_t i = from; i < tasks.size(); i += 2) together[i] = tasks[i]->render();
+  };
+  std::thread a(half, 0), b(half, 1);
+  a.join(), b.join();
+  CHECK(Renderer::contexts_alive() <= 2);
+  CHECK(together == alone);
+  // push is another kind: its own context; the last session of a kind takes its contexts along.
+  auto push = make_task("push");
+  push->reset(1);
+  push->render();
+  CHECK(Renderer::contexts_alive() >= 2);
+  tasks.clear();
+  CHECK(Renderer::contexts_alive() == 1);
+  push.reset();
+  CHECK(Renderer::contexts_alive() == 0);
 }
 
 TEST_CASE("a reset is a function of its seed, episodes end at success or the limit", "[sim]") {
