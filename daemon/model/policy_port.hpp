@@ -28,6 +28,10 @@ class PolicyPort {
                     const torch::Tensor& state) = 0;
   // Runs fn on the tenant's slot where slots are touched (the model service's executor).
   virtual void with_slot(const std::function<void(TenantSlot&)>& fn) = 0;
+  // Keeps `version` published for as long as the slot lives, whatever the retention of versions
+  // (an RL job's starting policy: what the user compares the trained one against). Where there
+  // is no retention (a slot held in-process), there is nothing to do.
+  virtual void keep_version(std::uint64_t version) { (void)version; }
   virtual std::int64_t image_size() const = 0;
   virtual std::int64_t max_tokens() const = 0;
   virtual std::int64_t feature_dim() const = 0;

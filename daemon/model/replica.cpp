@@ -34,6 +34,7 @@ class Replica::Policy final : public PolicyPort {
     replica_.submit(std::move(w));
     done.get();
   }
+  void keep_version(std::uint64_t version) override { replica_.registry_->keep(tenant_, version); }
   std::int64_t image_size() const override { return replica_.backbone().image_size; }
   std::int64_t max_tokens() const override { return replica_.backbone().max_tokens; }
   std::int64_t feature_dim() const override { return replica_.backbone().dim; }
@@ -253,6 +254,7 @@ std::map<std::string, double> Replica::run_single(Work& w) {
     }
     try {
       s->fn(*slot->trainer);
+      registry_->retain_versions(tenant);  // the RL job may have published (it does every update)
       s->done.set_value();
     } catch (const std::exception& e) {
       fail(w, Fault::Internal, e.what());

@@ -39,9 +39,16 @@ class SlotRegistry {
   Result save(const std::string& tenant, std::uint32_t uid, const std::string& tag);
   Result load(const std::string& tenant, std::uint32_t uid, const std::string& tag);
   Result digest(const std::string& tenant);
+  // Applies version retention after a slot operation that may have published (an RL job's
+  // update, through Replica::Policy::with_slot): RL jobs publish every update, and versions
+  // published there are kept by the same rule as publish()'s.
+  void retain_versions(const std::string& tenant);
 
-  void pin(const std::string& tenant, std::uint64_t version);
+  void pin(const std::string& tenant, std::uint64_t version);  // a running evaluation: also keeps the slot resident
   void unpin(const std::string& tenant, std::uint64_t version);
+  // Kept published while the tenant's name is bound, whatever versions_kept says, without
+  // holding the slot resident (an RL job's starting policy). Not persisted across a restart.
+  void keep(const std::string& tenant, std::uint64_t version);
   void attached(const std::string& tenant);
   void detached(const std::string& tenant);
   // The tenant's name was released (it may go to another uid): its slot and eviction record
@@ -66,6 +73,7 @@ class SlotRegistry {
 
   std::mutex mu_;
   std::map<std::string, std::map<std::uint64_t, int>> pins_;                // GUARDED_BY(mu_)
+  std::map<std::string, std::set<std::uint64_t>> kept_;                     // GUARDED_BY(mu_)
   std::map<std::string, std::chrono::steady_clock::time_point> detached_;  // GUARDED_BY(mu_)
   std::set<std::string> released_;                                          // GUARDED_BY(mu_)
 };

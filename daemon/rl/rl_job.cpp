@@ -45,6 +45,7 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
       value_opt_ = std::make_unique<torch::optim::AdamW>(value_->parameters(), torch::optim::AdamWOptions(c.update.value_lr));
       progress_.first_version = progress_.version = slot.publish();  // the starting policy
     });
+    policy_.keep_version(progress_.first_version);  // before the update loop publishes (and retention drops) any
   } catch (...) {
     envs_.close(tenant_, sessions_);
     throw;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "nexus/client.hpp"
@@ -107,9 +108,13 @@ TEST_CASE("environment sessions belong to their tenant and bad requests are type
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }
 
-TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only", "[integration][model][rl]") {
+TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only, and keeps only the newest",
+          "[integration][model][rl]") {
   TempDir dir;
-  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
+  // Two versions kept: the job publishes five (the starting policy and one per update).
+  std::ofstream(dir.path + "/nexusd.toml") << "[model]\nversions_kept = 2\n";
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn", "-c",
+                 dir.path + "/nexusd.toml"});
   {
     // No job yet; a head RL cannot train is refused at start.
     auto c = attach(daemon, "bob");
@@ -140,6 +145,20 @@ TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only",
   CHECK(erc == 0);
   CHECK(eval["version"] == 5);
   CHECK(eval["unchanged"] == true);
+  // Retention applies to versions an RL job publishes as to a tenant's publish(): a job of
+  // 100 000 updates would otherwise hold 100 000 copies of the head (the soak's growth).
+  const auto [orc, old] = run_json({NEXUS_TEST_EVAL_TENANT, "--socket", daemon.socket(), "--tenant", "carol",
+                                    "--episodes", "2", "--version", "3"},
+                                   dir, "eval-old");
+  CHECK(orc != 0);
+  CHECK(read_file(dir.path + "/eval-old.err").find("UnknownVersion") != std::string::npos);
+  for (const char* kept : {"4", "1"}) {  // the newest two, and the job's starting policy (kept for comparison)
+    const auto [krc, report] = run_json({NEXUS_TEST_EVAL_TENANT, "--socket", daemon.socket(), "--tenant", "carol",
+                                         "--episodes", "2", "--version", kept},
+                                        dir, std::string("eval-v") + kept);
+    INFO("version " << kept << ": " << read_file(dir.path + "/eval-v" + kept + ".err"));
+    CHECK(krc == 0);
+  }
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }
 
