@@ -4,7 +4,8 @@
 # idle daemon's at the start. Targets (issue "A fair, isolated, accountable service"): under
 # steady load RSS grows by at most 2% after the first 5 minutes; after everyone left and the
 # eviction ran, RSS is within 20% of the idle daemon's.
-#   scripts/soak.sh [--minutes M] [--out DIR]        (default 30 minutes; writes rss.csv, soak.json)
+#   scripts/soak.sh [--minutes M] [--out DIR]   (default 30 minutes; writes rss.csv with RSS by kind,
+#                                                smaps.csv by mapping kind, soak.json, rss.png)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 minutes=30 out=
