@@ -30,8 +30,12 @@ void decode(const std::uint8_t* data, std::size_t size) {
   if (auto* ok = std::get_if<daemon::DecodedRequest>(&r)) {
     if (ok->type == wire::Body::SftStepRequest) {  // what the model service reads next
       const auto* obs = ok->message->body_as_SftStepRequest()->obs();
+      // Arena references (region 0) must lie in the arena once decoded; a reference into a
+      // registered region is checked against that region where the request is routed
+      // (request_decoder.cpp), so its offset may be anything here.
       for (const auto* t : {obs->images(), obs->tokens(), obs->token_mask(), obs->state()})
-        if (t && (t->offset() > limits().client_arena_bytes || t->bytes() > limits().client_arena_bytes - t->offset()))
+        if (t && t->region() == 0 &&
+            (t->offset() > limits().client_arena_bytes || t->bytes() > limits().client_arena_bytes - t->offset()))
           __builtin_trap();
     }
     if (ok->type == wire::Body::DigestRequest &&
