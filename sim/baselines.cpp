@@ -9,8 +9,6 @@
 namespace nexus::sim {
 namespace {
 
-constexpr double kReached = 0.03;  // reach's success radius (task.cpp): within it, a ball is reached
-
 // The index of the unvisited ball nearest `from`, or -1 if every ball was visited.
 int nearest_unvisited(Point from, const std::vector<Point>& balls, const std::vector<bool>& visited) {
   int best = -1;
@@ -33,7 +31,7 @@ BaselineScore instruction_ignoring_reach(IgnoringPolicy policy, std::span<const 
     while (!task->done()) {
       const Point tip = task->fingertip();
       // Reached and the episode goes on: not the named ball. The sweep moves on to the next.
-      if (policy == IgnoringPolicy::Sweep && distance(tip, balls[static_cast<std::size_t>(aim)]) < kReached) {
+      if (policy == IgnoringPolicy::Sweep && distance(tip, balls[static_cast<std::size_t>(aim)]) < Task::kSuccessRadius) {
         visited[static_cast<std::size_t>(aim)] = true;
         const int next = nearest_unvisited(tip, balls, visited);
         if (next >= 0) aim = next;

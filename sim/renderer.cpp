@@ -78,32 +78,28 @@ struct Pool {
 std::mutex g_pools_mu;
 std::map<Kind, Pool> g_pools;  // GUARDED_BY(g_pools_mu)
 
-// An idle context of `kind`, or a new one made from `model` if all are busy. The kind's pool
-// exists: the caller's Renderer counts in it.
-std::unique_ptr<GlContext> lease(const Kind& kind, const mjModel* model) {
-  {
-    std::lock_guard lk(g_pools_mu);
-    auto& idle = g_pools.at(kind).idle;
-    if (!idle.empty()) {
-      auto c = std::move(idle.back());
-      idle.pop_back();
-      return c;
-    }
-  }
-  return std::make_unique<GlContext>(model, kind.second);  // outside the pools' lock: it is slow
-}
-
-void hand_back(const Kind& kind, std::unique_ptr<GlContext> c) {
-  std::lock_guard lk(g_pools_mu);
-  g_pools.at(kind).idle.push_back(std::move(c));
-}
-
-// Returns a leased context to its pool however the render ends.
+// Holds an idle context of `kind` for one frame, or a new one made from `model` if all are
+// busy, and hands it back to the kind's pool however the frame ends. The pool exists: the
+// caller's Renderer counts in it.
 struct Lease {
   Kind kind;
   std::unique_ptr<GlContext> context;
-  Lease(const Kind& k, const mjModel* model) : kind(k), context(lease(k, model)) {}
-  ~Lease() { hand_back(kind, std::move(context)); }
+  Lease(const Kind& k, const mjModel* model) : kind(k) {
+    {
+      std::lock_guard lk(g_pools_mu);
+      auto& idle = g_pools.at(kind).idle;
+      if (!idle.empty()) {
+        context = std::move(idle.back());
+        idle.pop_back();
+        return;
+      }
+    }
+    context = std::make_unique<GlContext>(model, kind.second);  // outside the pools' lock: it is slow
+  }
+  ~Lease() {
+    std::lock_guard lk(g_pools_mu);
+    g_pools.at(kind).idle.push_back(std::move(context));
+  }
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
 };

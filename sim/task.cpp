@@ -16,7 +16,6 @@ namespace {
 
 constexpr double kTipStep = 0.015;   // metres of fingertip motion per unit action per step
 constexpr double kElbowLimit = 2.9;  // the MJCF's elbow range
-constexpr double kSuccessRadius = 0.03;  // both tasks: within 3 cm of the goal
 constexpr double kUpper = 0.13, kFore = 0.12;
 constexpr double kWorkspace = 0.25;  // proprio positions in units of the arm's reach (order 1)  // the MJCF's link lengths (shoulder-elbow, elbow-tip)
 

@@ -40,6 +40,7 @@ class Task {
  public:
   static constexpr int kActionDim = 2;
   static constexpr int kStateDim = 4;
+  static constexpr double kSuccessRadius = 0.03;  // both tasks: within 3 cm of the goal
 
   virtual ~Task();
   const std::string& name() const { return name_; }

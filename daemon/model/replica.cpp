@@ -253,8 +253,10 @@ std::map<std::string, double> Replica::run_single(Work& w) {
       return charged;
     }
     try {
+      const auto published = slot->trainer->latest_version();
       s->fn(*slot->trainer);
-      registry_->retain_versions(tenant);  // the RL job may have published (it does every update)
+      // An RL job publishes after every update (not after each minibatch's slot work).
+      if (slot->trainer->latest_version() != published) registry_->retain_versions(tenant);
       s->done.set_value();
     } catch (const std::exception& e) {
       fail(w, Fault::Internal, e.what());
