@@ -4,9 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include "daemon/model/backbone.hpp"
+#include "daemon/model/reproducible_math.hpp"
 #include "daemon/model/safetensors.hpp"
 #include "daemon/model/tenant_slot.hpp"
 #include "processes.hpp"
@@ -143,4 +145,20 @@ TEST_CASE("a slot refuses bad batches and keeps its parameters", "[model][isolat
   CHECK(sum_of_params(slot.head()) == before);
   CHECK(slot.steps() == 1);
   CHECK(slot.sft_step(f, {}, good).step == 2);
+}
+
+TEST_CASE("deterministic mode pins MKL's code branch, and keeps a branch the user chose", "[model][deterministic]") {
+  const char* before = std::getenv("MKL_CBWR");
+  const std::string saved = before ? before : "";
+  const auto chosen = model::default_math_library_branch();
+  CHECK((chosen == "AVX2,STRICT" || chosen == "COMPATIBLE"));
+  ::unsetenv("MKL_CBWR");
+  CHECK(model::pin_math_library_branch() == chosen);
+  REQUIRE(std::getenv("MKL_CBWR") != nullptr);
+  CHECK(std::string(std::getenv("MKL_CBWR")) == chosen);
+  ::setenv("MKL_CBWR", "AVX", 1);
+  CHECK(model::pin_math_library_branch() == "AVX");
+  CHECK(std::string(std::getenv("MKL_CBWR")) == "AVX");
+  if (before) ::setenv("MKL_CBWR", saved.c_str(), 1);
+  else ::unsetenv("MKL_CBWR");
 }
