@@ -6,7 +6,10 @@ splits, action chunks with padding, typed errors, and a head that learns from it
 Runs under the interpreter of a venv that has `lerobot` (scripts/lerobot-venv.sh makes one: it
 pins torch < 2.11, so it cannot share the project's venv); tests/python/lerobot_check.sh picks
 that interpreter, or reports the test as skipped."""
+import json
 import os
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -14,7 +17,7 @@ import torch
 
 import nexus
 import nexus.lerobot as nl
-from harness import Daemon, check, finish, raises
+from harness import SOURCE, Daemon, check, finish, raises
 
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
@@ -117,6 +120,22 @@ def chunks(client, root):
     check(e["samples"] == 2 and np.isfinite(e["l1"]), "padded chunk entries are left out of the error")
 
 
+def example(socket, root):
+    """examples/python/lerobot_tenant.py on the same dataset: chunks of 4, a flow head."""
+    script = os.path.join(SOURCE, "examples", "python", "lerobot_tenant.py")
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, script, "-s", socket, "--repo-id", "nexus/synthetic-reach", "--root", root, *extra],
+        capture_output=True, text=True, timeout=300)
+    r = run("-t", "lerobot-example", "--head", "flow", "--chunk", "4", "--steps", "40", "--batch", "8",
+            "--report-every", "0")
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 and r.stdout.strip() else {}
+    check(r.returncode == 0 and out.get("chunk") == 4 and out.get("views") == 2 and out.get("version") == 1
+          and out.get("heldout", {}).get("samples", 0) > 0,
+          f"lerobot_tenant.py trains, publishes and reports held-out error: {r.stdout[-300:]} {r.stderr[-300:]}")
+    bad = run("-t", "lerobot-example-bad", "--cameras", "observation.images.top", "--steps", "1")
+    check(bad.returncode == 2 and '"BadDataset"' in bad.stdout, "lerobot_tenant.py: a camera the dataset lacks")
+
+
 def main():
     root = os.path.join(tempfile.mkdtemp(prefix="nexus-lerobot-"), "synthetic-reach")
     write_dataset(root)
@@ -128,6 +147,7 @@ def main():
             learns(c, ds)
         with nexus.Client.attach("lerobot-chunks", socket_path=d.socket, timeout=60.0) as c:
             chunks(c, root)
+        example(d.socket, root)
     finish()
 
 
