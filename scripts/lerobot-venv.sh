@@ -9,7 +9,10 @@ dir=${1:-${XDG_CACHE_HOME:-$HOME/.cache}/nexus/lerobot-venv}
 version=0.4.4  # the release the adapter and its test were written against
 if [ ! -x "$dir/bin/python" ]; then
   echo "==> making $dir (python3 -m venv)"
-  python3 -m venv "$dir"
+  # Debian's python3, as the project's venv (scripts/setup.sh): the build's extension is for it.
+  python=/usr/bin/python3
+  [ -x "$python" ] || python=python3
+  "$python" -m venv "$dir"
 fi
 echo "==> pip install lerobot==$version into $dir"
 "$dir/bin/pip" install --quiet --upgrade pip

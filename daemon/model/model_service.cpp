@@ -29,7 +29,10 @@ void check_device(const std::string& device) {
 ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
                            daemon::HealthManager* health, bool inject_executor_throw) {
   // Before any tensor math: MKL reads its branch once, at its first call.
-  if (config.deterministic) daemon::log_text(daemon::LogLevel::Info, "deterministic", "mkl_cbwr=" + pin_math_library_branch());
+  if (config.deterministic)
+    daemon::log_text(daemon::LogLevel::Info, "deterministic",
+                     at::hasMKL() ? "mkl_cbwr=" + pin_math_library_branch()
+                                  : std::string("blas=not_mkl (no code branch to pin: OpenBLAS and others choose theirs)"));
   auto devices = config.devices.empty() ? std::vector<std::string>{"cpu"} : config.devices;
   for (const auto& d : devices) check_device(d);
   if (const auto cuda = torch::cuda::device_count(); cuda > 0)

@@ -21,10 +21,12 @@ def main():
     p.add_argument("-s", "--socket", default="/run/nexus/nexusd.sock")
     p.add_argument("-t", "--tenant", required=True)
     p.add_argument("--repo-id", required=True, help="the dataset's repo id (as lerobot names it)")
-    p.add_argument("--root", required=True, help="the dataset's local folder (nothing is downloaded)")
+    p.add_argument("--root", required=True,
+                   help="the dataset's local folder (lerobot fetches from the Hub what is missing there)")
     p.add_argument("--head", default="mlp_chunk", choices=["mlp_chunk", "flow", "gaussian"])
     p.add_argument("--chunk", type=int, default=1, help="actions per prediction (lerobot's delta_timestamps)")
     p.add_argument("--cameras", default="", help="camera keys, comma-separated (default: all, in meta order)")
+    p.add_argument("--state-key", default="observation.state", help="proprio feature ('' for none)")
     p.add_argument("--steps", type=int, default=2000)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
@@ -33,6 +35,8 @@ def main():
     p.add_argument("--cache", action="store_true", help="keep every decoded sample in memory (small datasets)")
     p.add_argument("--report-every", type=int, default=500)
     a = p.parse_args()
+    if a.steps < 1 or a.batch < 1 or a.chunk < 1:
+        p.error("--steps, --batch and --chunk must be at least 1")
     try:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
         import nexus.lerobot as nl
@@ -45,7 +49,8 @@ def main():
         ds = LeRobotDataset(a.repo_id, root=a.root, delta_timestamps=delta, video_backend="pyav") if delta else probe
         cameras = [k for k in a.cameras.split(",") if k] or None
         with nexus.Client.attach(a.tenant, socket_path=a.socket, timeout=60.0) as c:
-            feeder = nl.LeRobotFeeder(c, ds, cameras=cameras, valid_fraction=a.valid_fraction,
+            feeder = nl.LeRobotFeeder(c, ds, cameras=cameras, state_key=a.state_key or None,
+                                      valid_fraction=a.valid_fraction,
                                       split_seed=a.seed, cache=a.cache)
             extra = {"flow_noise": 0.3} if a.head == "flow" else {}  # actions are normalised: about unit scale
             feeder.register(kind=a.head, seed=a.seed, lr=a.lr, **extra)

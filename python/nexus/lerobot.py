@@ -17,11 +17,12 @@ layout), and each batch is written into the attachment's arena for an SFT step:
 
 What the feeder does to each sample (the same rules as nexusd's HDF5 reader, datasets/):
 - cameras (`meta.camera_keys`, or the ones named) become views, in that order; LeRobot's
-  float [3, H, W] in [0, 1] is resized to the backbone's image size (area averaging when
-  shrinking, bilinear with pixel centres at +0.5 when enlarging; torch's `area` is adaptive
-  average pooling, so a non-integer shrink weights edge pixels slightly differently from
-  nexusd's exact-overlap resize) and rounded to uint8 [S, S, 3];
-- the sample's `task` string is the instruction (or `instruction=`, for datasets without one);
+  float [3, H, W] in [0, 1] is resized to the backbone's square image size, each axis on its
+  own (a non-square frame is stretched): area averaging along an axis that shrinks, bilinear
+  with pixel centres at +0.5 along one that grows (torch's `area` is adaptive average pooling,
+  so a non-integer shrink weights edge pixels slightly differently from nexusd's exact-overlap
+  resize), then rounded to uint8 [S, S, 3];
+- the sample's `task` string is the instruction (`instruction=` replaces it for every sample);
 - `observation.state` and `action` are normalised with the dataset's own statistics
   (`meta.stats` mean and std, which lerobot computes when it writes the dataset) and
   predictions are mapped back, so the head trains and answers in one scale;
@@ -67,10 +68,10 @@ def resize_image(chw: torch.Tensor, size: int) -> np.ndarray:
         raise nexus.BadDataset(nexus.BadDataset.value, f"a camera frame must be [3, H, W], got {list(chw.shape)}")
     x = chw.to(torch.float32).unsqueeze(0)
     h, w = x.shape[-2:]
-    if (h, w) != (size, size):
-        shrink = h >= size and w >= size
-        x = F.interpolate(x, size=(size, size), mode="area") if shrink else \
-            F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
+    if h > size or w > size:  # shrink what is too large, by area
+        x = F.interpolate(x, size=(min(h, size), min(w, size)), mode="area")
+    if x.shape[-2] < size or x.shape[-1] < size:  # then grow what is too small, bilinearly
+        x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
     return (x[0] * 255.0).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).contiguous().numpy()
 
 
@@ -99,9 +100,18 @@ class LeRobotFeeder:
         self.state_dim = int(features[state_key]["shape"][0]) if state_key else 0
         self.action_dim = int(np.prod(features[action_key]["shape"]))
         first = dataset[0]
+        for cam in self.cameras:  # one frame per camera: delta_timestamps on a camera would give [T, 3, H, W]
+            if first[cam].dim() != 3 or first[cam].shape[0] != 3:
+                raise nexus.BadDataset(nexus.BadDataset.value,
+                                       f"'{cam}' gives {list(first[cam].shape)} per sample, not one [3, H, W] frame")
+        if state_key and tuple(first[state_key].shape) != (self.state_dim,):
+            raise nexus.BadDataset(nexus.BadDataset.value, f"'{state_key}' gives {list(first[state_key].shape)} per "
+                                   f"sample, not [{self.state_dim}] (no delta_timestamps on the state)")
         action = first[action_key]
         self.chunk = int(action.shape[0]) if action.dim() == 2 else 1
-        if "task" not in first and not instruction:
+        if action.numel() != self.chunk * self.action_dim:
+            raise nexus.BadDataset(nexus.BadDataset.value, f"'{action_key}' gives {list(action.shape)} per sample")
+        if not instruction and not first.get("task"):
             raise nexus.BadDataset(nexus.BadDataset.value, "the samples name no task: pass instruction=")
         self._stats = {}
         if normalize:
@@ -119,7 +129,7 @@ class LeRobotFeeder:
                 self._stats[key] = (mean, np.where(std > 1e-8, std, 1.0).astype(np.float32))
         self.train_indices, self.valid_indices = self._split(valid_fraction, split_seed)
         self._cache = {} if cache else None
-        self._buffers = {}  # batch size -> [Batch, Batch]
+        self._buffers = {}  # (rows, slot) -> Batch: the training batch's two slots, predict's one
         self.backbone = None
 
     # --- set-up -------------------------------------------------------------------------------
@@ -168,7 +178,7 @@ class LeRobotFeeder:
         item = self.dataset[int(index)]
         size = self.backbone.image_size
         images = np.stack([resize_image(item[cam], size) for cam in self.cameras])
-        text = item.get("task") or self.instruction
+        text = self.instruction or item.get("task") or ""
         state = item[self.state_key].numpy().astype(np.float32) if self.state_key else None
         actions = item[self.action_key].numpy().astype(np.float32).reshape(self.chunk, self.action_dim)
         pad_key = self.action_key + "_is_pad"
@@ -179,23 +189,24 @@ class LeRobotFeeder:
         return out
 
     def _batch(self, n: int, slot: int) -> Batch:
-        if n not in self._buffers:
+        # Arena memory is the attachment's (64 MiB by default): a buffer per size in use, no more.
+        if (n, slot) not in self._buffers:
             bb = self.backbone or self.client.backbone()
             c, s = self.client, bb.image_size
-            make = lambda: Batch(  # noqa: E731
+            self._buffers[(n, slot)] = Batch(
                 c.alloc("uint8", [n, len(self.cameras), s, s, 3]), c.alloc("int32", [n, bb.max_tokens]),
                 c.alloc("uint8", [n, bb.max_tokens]), c.alloc("float32", [n, self.chunk, self.action_dim]),
                 c.alloc("float32", [n, self.state_dim]) if self.state_dim else None)
-            self._buffers[n] = [make(), make()]
-        return self._buffers[n][slot]
+        return self._buffers[(n, slot)]
 
-    def fill(self, indices: Sequence[int], slot: int = 0) -> Batch:
-        """Writes the samples at `indices` into arena buffer `slot` (0 or 1); returns its tensors."""
-        b = self._batch(len(indices), slot)
+    def fill(self, indices: Sequence[int], slot: int = 0, samples=None) -> Batch:
+        """Writes the samples at `indices` (or the given `sample()` tuples) into arena buffer
+        `slot` of that many rows; returns its tensors. Never a buffer with a request in flight."""
+        samples = samples if samples is not None else [self.sample(i) for i in indices]
+        b = self._batch(len(samples), slot)
         images, actions = b.images.numpy(), b.actions.numpy()
         state = b.state.numpy() if b.state is not None else None
-        for row, index in enumerate(indices):
-            im, text, st, act, _ = self.sample(index)
+        for row, (im, text, st, act, _) in enumerate(samples):
             images[row] = im
             nexus.tokenize(text, b.tokens, b.mask, row)
             actions[row] = self.normalize(self.action_key, act)
@@ -206,7 +217,7 @@ class LeRobotFeeder:
     # --- training and prediction --------------------------------------------------------------
 
     def sft_step(self, indices: Sequence[int]):
-        b = self.fill(indices)
+        b = self.fill(indices, slot=0)
         return self.client.sft_step(b.images, b.tokens, b.mask, b.actions, b.state)
 
     def train(self, steps: int, batch_size: int = 16, seed: int = 0, report_every: int = 0,
@@ -214,6 +225,8 @@ class LeRobotFeeder:
         """`steps` SFT steps on batches drawn (seeded, with replacement) from `indices` (default:
         the training split); the next batch is prepared while nexusd runs the current one.
         Returns the losses."""
+        if steps < 1 or batch_size < 1:
+            raise ValueError("steps and batch_size must be at least 1")
         pool = np.asarray(list(indices) if indices is not None else self.train_indices)
         if pool.size == 0:
             raise nexus.BadDataset(nexus.BadDataset.value, "no samples to train on (is every episode in validation?)")
@@ -222,39 +235,68 @@ class LeRobotFeeder:
         submit = lambda b: self.client.sft_step_async(b.images, b.tokens, b.mask, b.actions, b.state)  # noqa: E731
         pending = submit(self.fill(draw(), 0))
         losses, started = [], time.monotonic()
-        for step in range(1, steps + 1):
-            ready = self.fill(draw(), step % 2) if step < steps else None  # while nexusd computes
-            r = pending.result()
-            losses.append(r.loss)
-            if ready is not None:
-                pending = submit(ready)
-            if progress is not None and report_every and (step % report_every == 0 or step == steps):
-                rate = step / (time.monotonic() - started)
-                print(f"[lerobot] step {step}/{steps}  {rate:.1f} steps/s  loss {r.loss:.4f}", file=progress)
+        try:
+            for step in range(1, steps + 1):
+                # Slot step % 2 is free: its last request (step - 2) was answered.
+                ready = self.fill(draw(), step % 2) if step < steps else None  # while nexusd computes
+                r, pending = pending.result(), None
+                losses.append(r.loss)
+                if ready is not None:
+                    pending = submit(ready)
+                if progress is not None and report_every and (step % report_every == 0 or step == steps):
+                    rate = step / (time.monotonic() - started)
+                    print(f"[lerobot] step {step}/{steps}  {rate:.1f} steps/s  loss {r.loss:.4f}", file=progress)
+        finally:
+            if pending is not None:  # an error here: the request in flight still owns its buffer
+                try:
+                    pending.result()
+                except nexus.Error:
+                    pass
         return losses
 
-    def predict(self, indices: Sequence[int], version: int = 0) -> np.ndarray:
-        """Actions in the dataset's units, float32 [n, chunk, action_dim]."""
-        b = self.fill(indices)
+    def _predict_samples(self, samples, version: int) -> np.ndarray:
+        b = self.fill([], slot=0, samples=samples)
         out = self.client.predict(b.images, b.tokens, b.mask, b.state, version)
-        return self.denormalize(self.action_key, np.asarray(out, np.float32).reshape(len(indices), self.chunk,
-                                                                                      self.action_dim))
+        out = np.asarray(out, np.float32).reshape(len(samples), self.chunk, self.action_dim)
+        return self.denormalize(self.action_key, out)
+
+    def _batches(self, indices: Sequence[int], batch_size: int):
+        """`indices` in fixed-size groups (the last padded with its own last index, so one
+        arena buffer serves them all): (samples, real rows)."""
+        indices = list(indices)
+        for at in range(0, len(indices), batch_size):
+            part = indices[at:at + batch_size]
+            real = len(part)
+            part = part + [part[-1]] * (min(batch_size, len(indices)) - real)
+            yield [self.sample(i) for i in part], real
+
+    def predict(self, indices: Sequence[int], version: int = 0, batch_size: int = 64) -> np.ndarray:
+        """Actions in the dataset's units, float32 [n, chunk, action_dim], `batch_size` at a time."""
+        if not len(indices):
+            return np.zeros((0, self.chunk, self.action_dim), np.float32)
+        parts = [self._predict_samples(samples, version)[:real] for samples, real in self._batches(indices, batch_size)]
+        return np.concatenate(parts)
+
+    def train_mean_action(self) -> np.ndarray:
+        """The training split's mean action per entry, from the Parquet column (no video decoded)."""
+        column = self.dataset.hf_dataset.select_columns([self.action_key])[self.action_key]
+        rows = np.stack([np.asarray(a, np.float32).reshape(-1) for a in column])
+        return rows[self.train_indices].mean(axis=0)
 
     def action_error(self, indices: Sequence[int], version: int = 0, batch_size: int = 64) -> dict:
         """Mean L1 action error at `indices` (padded chunk entries left out), beside the error of
-        always answering the training split's mean action: {"l1", "mean_baseline_l1", "samples"}."""
+        always answering the training split's mean action: {"l1", "mean_baseline_l1", "samples"}.
+        Each sample is read once; the training split's actions come from the Parquet column."""
         indices = list(indices)
         if not indices:
             raise nexus.BadDataset(nexus.BadDataset.value, "no samples to evaluate")
-        train_mean = np.mean([self.sample(i)[3] for i in self.train_indices], axis=0)
+        mean = self.train_mean_action().reshape(1, self.action_dim)
         err = base = count = 0.0
-        for at in range(0, len(indices), batch_size):
-            part = indices[at:at + batch_size]
-            got = self.predict(part, version)
-            for row, index in enumerate(part):
-                _, _, _, want, pad = self.sample(index)
-                keep = ~pad
+        for samples, real in self._batches(indices, batch_size):
+            got = self._predict_samples(samples, version)
+            for row in range(real):
+                want, keep = samples[row][3], ~samples[row][4]
                 err += float(np.abs(got[row][keep] - want[keep]).sum())
-                base += float(np.abs(train_mean[keep] - want[keep]).sum())
+                base += float(np.abs(mean - want[keep]).sum())
                 count += float(keep.sum() * self.action_dim)
         return {"l1": err / count, "mean_baseline_l1": base / count, "samples": len(indices)}
