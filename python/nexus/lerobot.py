@@ -48,6 +48,10 @@ import torch.nn.functional as F
 import nexus
 
 
+def _bad(message: str) -> "nexus.BadDataset":
+    return nexus.BadDataset(nexus.BadDataset.value, message)
+
+
 def chunk_timestamps(fps: float, chunk: int, action_key: str = "action") -> dict:
     """`delta_timestamps` for LeRobotDataset: each sample's action and the chunk - 1 after it."""
     return {action_key: [i / fps for i in range(chunk)]}
@@ -65,7 +69,7 @@ class Batch(NamedTuple):
 def resize_image(chw: torch.Tensor, size: int) -> np.ndarray:
     """LeRobot's float [3, H, W] in [0, 1] to uint8 [size, size, 3] (see the module's rules)."""
     if chw.dim() != 3 or chw.shape[0] != 3:
-        raise nexus.BadDataset(nexus.BadDataset.value, f"a camera frame must be [3, H, W], got {list(chw.shape)}")
+        raise _bad(f"a camera frame must be [3, H, W], got {list(chw.shape)}")
     x = chw.to(torch.float32).unsqueeze(0)
     h, w = x.shape[-2:]
     if h > size or w > size:  # shrink what is too large, by area
@@ -87,13 +91,12 @@ class LeRobotFeeder:
         features = dataset.features
         self.cameras = list(cameras) if cameras else list(meta.camera_keys)
         if not self.cameras:
-            raise nexus.BadDataset(nexus.BadDataset.value, "the dataset has no camera (meta.camera_keys is empty)")
+            raise _bad("the dataset has no camera (meta.camera_keys is empty)")
         for key in self.cameras + [action_key] + ([state_key] if state_key else []):
             if key not in features:
-                raise nexus.BadDataset(nexus.BadDataset.value,
-                                       f"'{key}' is not a feature of {dataset.repo_id} (it has {sorted(features)})")
+                raise _bad(f"'{key}' is not a feature of {dataset.repo_id} (it has {sorted(features)})")
         if state_key and len(features[state_key]["shape"]) != 1:
-            raise nexus.BadDataset(nexus.BadDataset.value, f"'{state_key}' must be a vector")
+            raise _bad(f"'{state_key}' must be a vector")
         self.state_key = state_key
         self.action_key = action_key
         self.instruction = instruction
@@ -102,17 +105,16 @@ class LeRobotFeeder:
         first = dataset[0]
         for cam in self.cameras:  # one frame per camera: delta_timestamps on a camera would give [T, 3, H, W]
             if first[cam].dim() != 3 or first[cam].shape[0] != 3:
-                raise nexus.BadDataset(nexus.BadDataset.value,
-                                       f"'{cam}' gives {list(first[cam].shape)} per sample, not one [3, H, W] frame")
+                raise _bad(f"'{cam}' gives {list(first[cam].shape)} per sample, not one [3, H, W] frame")
         if state_key and tuple(first[state_key].shape) != (self.state_dim,):
-            raise nexus.BadDataset(nexus.BadDataset.value, f"'{state_key}' gives {list(first[state_key].shape)} per "
+            raise _bad(f"'{state_key}' gives {list(first[state_key].shape)} per "
                                    f"sample, not [{self.state_dim}] (no delta_timestamps on the state)")
         action = first[action_key]
         self.chunk = int(action.shape[0]) if action.dim() == 2 else 1
         if action.numel() != self.chunk * self.action_dim:
-            raise nexus.BadDataset(nexus.BadDataset.value, f"'{action_key}' gives {list(action.shape)} per sample")
+            raise _bad(f"'{action_key}' gives {list(action.shape)} per sample")
         if not instruction and not first.get("task"):
-            raise nexus.BadDataset(nexus.BadDataset.value, "the samples name no task: pass instruction=")
+            raise _bad("the samples name no task: pass instruction=")
         self._stats = {}
         if normalize:
             for key, dim in ((action_key, self.action_dim), (state_key, self.state_dim)):
@@ -120,11 +122,11 @@ class LeRobotFeeder:
                     continue
                 s = (meta.stats or {}).get(key)
                 if s is None or "mean" not in s or "std" not in s:
-                    raise nexus.BadDataset(nexus.BadDataset.value, f"no mean/std statistics for '{key}' in meta.stats")
+                    raise _bad(f"no mean/std statistics for '{key}' in meta.stats")
                 mean = np.asarray(s["mean"], np.float32).reshape(-1)
                 std = np.asarray(s["std"], np.float32).reshape(-1)
                 if mean.size != dim or std.size != dim:
-                    raise nexus.BadDataset(nexus.BadDataset.value, f"'{key}' statistics are not {dim} wide")
+                    raise _bad(f"'{key}' statistics are not {dim} wide")
                 # A constant entry (std 0) is centred, not divided by zero.
                 self._stats[key] = (mean, np.where(std > 1e-8, std, 1.0).astype(np.float32))
         self.train_indices, self.valid_indices = self._split(valid_fraction, split_seed)
@@ -173,10 +175,8 @@ class LeRobotFeeder:
         """(images uint8 [views, S, S, 3], instruction, state or None, actions [chunk, dim], pad [chunk])."""
         if self._cache is not None and index in self._cache:
             return self._cache[index]
-        if self.backbone is None:
-            self.backbone = self.client.backbone()
         item = self.dataset[int(index)]
-        size = self.backbone.image_size
+        size = self._backbone().image_size
         images = np.stack([resize_image(item[cam], size) for cam in self.cameras])
         text = self.instruction or item.get("task") or ""
         state = item[self.state_key].numpy().astype(np.float32) if self.state_key else None
@@ -188,10 +188,15 @@ class LeRobotFeeder:
             self._cache[index] = out
         return out
 
+    def _backbone(self):
+        if self.backbone is None:  # register() sets it; a feeder for an attached slot asks once
+            self.backbone = self.client.backbone()
+        return self.backbone
+
     def _batch(self, n: int, slot: int) -> Batch:
         # Arena memory is the attachment's (64 MiB by default): a buffer per size in use, no more.
         if (n, slot) not in self._buffers:
-            bb = self.backbone or self.client.backbone()
+            bb = self._backbone()
             c, s = self.client, bb.image_size
             self._buffers[(n, slot)] = Batch(
                 c.alloc("uint8", [n, len(self.cameras), s, s, 3]), c.alloc("int32", [n, bb.max_tokens]),
@@ -201,7 +206,8 @@ class LeRobotFeeder:
 
     def fill(self, indices: Sequence[int], slot: int = 0, samples=None) -> Batch:
         """Writes the samples at `indices` (or the given `sample()` tuples) into arena buffer
-        `slot` of that many rows; returns its tensors. Never a buffer with a request in flight."""
+        `slot` of that many rows; returns its tensors. The caller must not name a slot whose
+        request is still in flight (train() alternates two)."""
         samples = samples if samples is not None else [self.sample(i) for i in indices]
         b = self._batch(len(samples), slot)
         images, actions = b.images.numpy(), b.actions.numpy()
@@ -229,7 +235,7 @@ class LeRobotFeeder:
             raise ValueError("steps and batch_size must be at least 1")
         pool = np.asarray(list(indices) if indices is not None else self.train_indices)
         if pool.size == 0:
-            raise nexus.BadDataset(nexus.BadDataset.value, "no samples to train on (is every episode in validation?)")
+            raise _bad("no samples to train on (is every episode in validation?)")
         rng = np.random.default_rng(seed)
         draw = lambda: rng.choice(pool, size=batch_size, replace=True)  # noqa: E731
         submit = lambda b: self.client.sft_step_async(b.images, b.tokens, b.mask, b.actions, b.state)  # noqa: E731
@@ -289,7 +295,7 @@ class LeRobotFeeder:
         Each sample is read once; the training split's actions come from the Parquet column."""
         indices = list(indices)
         if not indices:
-            raise nexus.BadDataset(nexus.BadDataset.value, "no samples to evaluate")
+            raise _bad("no samples to evaluate")
         mean = self.train_mean_action().reshape(1, self.action_dim)
         err = base = count = 0.0
         for samples, real in self._batches(indices, batch_size):
