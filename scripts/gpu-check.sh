@@ -3,7 +3,9 @@
 # and builds (scripts/setup.sh), checks that every CUDA source was compiled by nvcc, and runs the
 # kernel tests; where an NVIDIA GPU is visible, the CUDA kernels are run against their CPU
 # references and `nexus-bench group` measures grouped passes, each cell repeated. Without a GPU
-# it says so, and what it could not run, and exits 0 when everything it could run passed.
+# it says so, and what it could not run, and exits 0 when everything it could run passed. Where
+# a GPU is it also runs the model code's device path: a slot on cuda:0 against one on the CPU
+# (model.devices: ...), and eight tenants through a nexusd on cuda:0 against one on the CPU.
 #   scripts/gpu-check.sh [--out DIR] [--preset release]   (figures: DIR/gpu-check.json)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,8 +40,8 @@ nvcc_version=$(command -v nvcc >/dev/null && nvcc --version | sed -n 's/.*releas
 log "nvcc $nvcc_version: $cuda_objects of $cuda_sources CUDA sources compiled"
 if [ "$cuda_objects" -ne "$cuda_sources" ]; then log "FAIL: a CUDA source was not compiled"; exit 1; fi
 
-log "kernel tests (CPU references always; CUDA against them where a GPU is)"
-if ! (cd "$here" && ctest --preset "$preset" -V -R 'CUDA kernels|group pack|partition scatter') >"$out/kernels.log" 2>&1; then
+log "kernel and device tests (CPU references always; CUDA against them where a GPU is)"
+if ! (cd "$here" && ctest --preset "$preset" -V -R 'CUDA kernels|group pack|partition scatter|model\.devices: ') >"$out/kernels.log" 2>&1; then
   cat "$out/kernels.log" >&2
   log "FAIL: kernel tests (log: $out/kernels.log)"
   exit 1
@@ -49,13 +51,22 @@ cuda_run=false
 if [ "$gpus" -gt 0 ] && ! grep -q "no CUDA device here" "$out/kernels.log"; then cuda_run=true; fi
 
 bench=null
+device_path=not_run
 if [ "$gpus" -gt 0 ]; then
+  log "nexusd on cuda:0 against the CPU: eight tenants' loss trajectories"
+  if (cd "$here" && NEXUS_TEST_CUDA=1 ctest --preset "$preset" -V -R 'a CUDA replica') >"$out/cuda-replica.log" 2>&1; then
+    device_path=passed
+  else
+    device_path=failed
+  fi
+  grep -E 'max relative loss difference|Passed|Failed' "$out/cuda-replica.log" | sed 's/^/  /' >&2 || true
   log "nexus-bench group (small backbone, 3 repeats per cell)"
   "$build/bench/nexus-bench" group --backbone small --repeats 3 --csv "$out/group.csv" --png "$out/group.png" --json |
     tee "$out/group.txt"
   bench=$(tail -n 1 "$out/group.txt")
 else
-  log "not run without a GPU: the CUDA kernels (compiled and linked only) and the GPU group benchmark"
+  log "not run without a GPU: the CUDA kernels (compiled and linked only), the model's device path, the GPU group benchmark"
 fi
-printf '{"gpus": %d, "torch": "%s", "nvcc": "%s", "cuda_sources": %d, "cuda_objects": %d, "cuda_kernels_run": %s, "group": %s}\n' \
-  "$gpus" "$torch" "$nvcc_version" "$cuda_sources" "$cuda_objects" "$cuda_run" "$bench" | tee "$out/gpu-check.json"
+printf '{"gpus": %d, "torch": "%s", "nvcc": "%s", "cuda_sources": %d, "cuda_objects": %d, "cuda_kernels_run": %s, "device_path": "%s", "group": %s}\n' \
+  "$gpus" "$torch" "$nvcc_version" "$cuda_sources" "$cuda_objects" "$cuda_run" "$device_path" "$bench" | tee "$out/gpu-check.json"
+[ "$device_path" != failed ] || { log "FAIL: the device path (log: $out/cuda-replica.log)"; exit 1; }

@@ -46,9 +46,17 @@ int check_config(const DaemonConfig& c, const std::string& source) {
                                                        : "off ([ipc] allow_device_regions = false)");
   std::string devices;
   for (const auto& d : c.devices) devices += (devices.empty() ? "" : ", ") + d;
-  std::printf("  devices  %s (one backbone replica each)\n", devices.c_str());
-  for (const auto& d : c.devices)
-    if (d != "cpu") problem("model.devices: \"" + d + "\": this nexusd's model service runs on the CPU only so far");
+  std::printf("  devices  %s (one backbone replica each)\n",
+              devices.empty() ? "every visible CUDA device, else the CPU (model.devices unset)" : devices.c_str());
+  // The syntax here; whether a CUDA device is visible is the CUDA runtime's to say, at start.
+  // Without the NVIDIA driver's control device no CUDA device can be.
+  for (const auto& d : c.devices) {
+    const bool cuda = d == "cuda" || (d.rfind("cuda:", 0) == 0 && d.size() > 5 &&
+                                      d.find_first_not_of("0123456789", 5) == std::string::npos);
+    if (d != "cpu" && !cuda) problem("model.devices: \"" + d + "\" is not a device (\"cpu\" or \"cuda:N\")");
+    else if (cuda && ::access("/dev/nvidiactl", F_OK) != 0)
+      problem("model.devices: \"" + d + "\": no NVIDIA driver on this machine (/dev/nvidiactl is missing)");
+  }
   for (const auto& [name, w] : c.tenants)
     std::printf("  tenant   %s: weight %.2f, priority %d%s\n", name.c_str(), w.weight, w.priority,
                 w.replica >= 0 ? (", replica " + std::to_string(w.replica)).c_str() : "");

@@ -147,7 +147,9 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
       }
       if (const auto n = (*tt)["replica"]) {
         const auto i = n.value<std::int64_t>();
-        if (!i || !n.is_integer() || *i < 0 || *i >= static_cast<std::int64_t>(c.devices.size()))
+        // With model.devices unset the count is known only at start: the model service checks then.
+        if (!i || !n.is_integer() || *i < 0 ||
+            (!c.devices.empty() && *i >= static_cast<std::int64_t>(c.devices.size())))
           r.fail(section, "replica", "must be an index into model.devices (0 to devices - 1)");
         w.replica = static_cast<int>(*i);
       }

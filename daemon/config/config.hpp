@@ -39,9 +39,9 @@ struct DaemonConfig {
   std::string log_level = "info";
   // [model] ("none" runs the transport alone)
   std::string backbone = "tiny";
-  // One backbone replica per entry ([model] devices); only "cpu" runs so far (the model
-  // service refuses a CUDA entry at start).
-  std::vector<std::string> devices = {"cpu"};
+  // One backbone replica per entry ([model] devices): "cpu" or "cuda:N". Empty (unset): every
+  // visible CUDA device, else the CPU (the model service resolves it at start).
+  std::vector<std::string> devices;
   // Safetensors of the backbone. Empty: the embedded default (tiny: the pretrained weights
   // committed in weights/, installed under <datadir>/nexus/weights); "seeded": the seeded,
   // untrained initialisation. See resolve_weights().

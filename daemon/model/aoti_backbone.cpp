@@ -49,14 +49,21 @@ class AotiBackbone : public Backbone {
 
 }  // namespace
 
-std::unique_ptr<Backbone> load_aoti_backbone(const std::string& path) {
+std::unique_ptr<Backbone> load_aoti_backbone(const std::string& path, torch::Device device) {
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader;
   try {
-    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path);
+    loader = std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        path, "model", /*run_single_threaded=*/false, /*num_runners=*/1,
+        device.is_cuda() ? device.index() : static_cast<c10::DeviceIndex>(-1));
   } catch (const std::exception& e) {
     throw std::runtime_error("AOTInductor backbone " + path + ": " + e.what());
   }
   const auto metadata = loader->get_metadata();
+  // A package runs on the device kind it was compiled for (aoti_compile_and_package records it).
+  if (const auto kind = metadata.find("AOTI_DEVICE_KEY");
+      kind != metadata.end() && kind->second != (device.is_cuda() ? "cuda" : "cpu"))
+    throw std::runtime_error("AOTInductor backbone " + path + ": compiled for " + kind->second + ", this replica is " +
+                             device.str() + "; export it for that device, or list a matching one in model.devices");
   BackboneConfig c;
   c.name = "aoti";
   auto geometry = [&](const char* key) -> std::int64_t {
@@ -81,7 +88,7 @@ std::unique_ptr<Backbone> load_aoti_backbone(const std::string& path) {
 
 #else
 
-std::unique_ptr<Backbone> load_aoti_backbone(const std::string& path) {
+std::unique_ptr<Backbone> load_aoti_backbone(const std::string& path, torch::Device) {
   throw std::runtime_error("AOTInductor backbone " + path + ": this nexusd's LibTorch (" TORCH_VERSION
                            ") has no AOTInductor runtime; build against LibTorch 2.6 or later (scripts/setup.sh "
                            "takes it from PyPI), or export TorchScript");

@@ -80,7 +80,7 @@ VLAFeature VLABackboneImpl::forward(const torch::Tensor& images, const torch::Te
   patches = patches.reshape({n, v * g * g, c.dim});
   auto text = token_embed_(tokens.to(torch::kLong)) + token_pos_;
   auto seq = torch::cat({cls_.expand({n, 1, c.dim}), patches, text}, 1);
-  auto mask = torch::cat({torch::ones({n, 1 + v * g * g}, torch::kBool), token_mask.to(torch::kBool)}, 1);
+  auto mask = torch::cat({torch::ones({n, 1 + v * g * g}, token_mask.options().dtype(torch::kBool)), token_mask.to(torch::kBool)}, 1);
   for (auto& block : *blocks_) seq = block->as<EncoderBlock>()->forward(seq, mask);
   seq = norm_(seq);
   return VLAFeature{seq, seq.select(1, 0), mask};
@@ -103,9 +103,11 @@ class BuiltinBackbone : public Backbone {
 
 }  // namespace
 
-std::unique_ptr<Backbone> make_builtin_backbone(const BackboneConfig& config, const std::string& weights) {
+std::unique_ptr<Backbone> make_builtin_backbone(const BackboneConfig& config, const std::string& weights,
+                                                torch::Device device) {
   VLABackbone b(config);
-  if (!weights.empty()) load_weights(*b, weights);
+  if (!weights.empty()) load_weights(*b, weights);  // on the host, then moved
+  b->to(device);
   b->freeze();
   return std::make_unique<BuiltinBackbone>(b);
 }

@@ -67,8 +67,10 @@ class VLABackboneImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VLABackbone);
 
-// The built-in backbone, frozen, with weights from `weights` (safetensors) or its seeded init.
-std::unique_ptr<Backbone> make_builtin_backbone(const BackboneConfig& config, const std::string& weights);
+// The built-in backbone, frozen, with weights from `weights` (safetensors) or its seeded init,
+// on `device` (its inputs must be there too).
+std::unique_ptr<Backbone> make_builtin_backbone(const BackboneConfig& config, const std::string& weights,
+                                                torch::Device device = torch::kCPU);
 
 // Weights as safetensors (parameter names as the module names them). load_weights checks that
 // the file holds exactly the module's parameters with the same shapes (float32).

@@ -1,6 +1,7 @@
 #include "daemon/model/group_executor.hpp"
 
 #include "daemon/log/log_text.hpp"
+#include "daemon/model/devices.hpp"
 
 namespace nexus::model::detail {
 
@@ -12,9 +13,11 @@ void answer(Bound& b, Result r) { std::get<TenantWork>(*b.work).request.done(std
 
 }  // namespace
 
-GroupExecutor::GroupExecutor(Backbone& backbone, SlotRegistry& slots, CostModel cost, bool deterministic,
-                             metrics::Accounting* accounting, ModelStats& stats, std::mutex& stats_mu)
+GroupExecutor::GroupExecutor(Backbone& backbone, torch::Device device, SlotRegistry& slots, CostModel cost,
+                             bool deterministic, metrics::Accounting* accounting, ModelStats& stats,
+                             std::mutex& stats_mu)
     : backbone_(backbone),
+      device_(device),
       slots_(slots),
       cost_(cost),
       deterministic_(deterministic),
@@ -58,7 +61,8 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
   try {
     torch::NoGradGuard no_grad;
     auto img = torch::cat(images);  // the one copy of the images: packing the group batch
-    features = backbone_.forward(img, torch::cat(tokens), torch::cat(masks));
+    // ... and, on a device, one host-to-device copy of each input (group_pack's place: gpu.md)
+    features = backbone_.forward(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)));
     std::lock_guard lk(stats_mu_);
     // images, tokens (int32) and mask (one byte) of every sample, packed once
     stats_.input_bytes_packed += static_cast<std::uint64_t>(img.numel()) +
@@ -134,8 +138,9 @@ void GroupExecutor::run_head(Bound& b, const VLAFeature& f) {
   if (b.kind == Bound::Kind::Act) {
     auto& act = std::get<ActWork>(*b.work);
     try {
-      auto a = slot.act(f, b.state);
-      act.done.set_value({f.pooled.clone(), a.actions, a.log_prob, a.version});
+      auto a = slot.act(f, on_device(b.state));
+      // The RL job works on the host: its features, actions and log-probabilities come back.
+      act.done.set_value({host_copy(f.pooled), host_copy(a.actions), host_copy(a.log_prob), a.version});
     } catch (const std::exception& e) {
       fail(*b.work, Fault::Internal, e.what());
     }
@@ -143,10 +148,10 @@ void GroupExecutor::run_head(Bound& b, const VLAFeature& f) {
   }
   try {
     if (b.kind == Bound::Kind::Sft) {
-      const auto r = slot.sft_step(f, b.state, b.actions);
+      const auto r = slot.sft_step(f, on_device(b.state), on_device(b.actions));
       answer(b, Stepped{r.loss, r.grad_norm, static_cast<std::uint64_t>(r.step)});
     } else {
-      auto a = slot.predict(f, b.state, b.version).contiguous();
+      auto a = slot.predict(f, on_device(b.state), b.version).to(torch::kCPU).contiguous();  // the result copy
       Predicted p;
       p.shape = a.sizes().vec();
       p.actions.assign(a.data_ptr<float>(), a.data_ptr<float>() + a.numel());

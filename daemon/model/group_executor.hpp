@@ -4,6 +4,9 @@
 // Isolation: a member that fails binding, or whose head throws, fails alone (typed error). If the
 // grouped backbone pass itself throws, it is re-run member by member, so that only the member
 // it fails on is answered with the error.
+// Devices: members are bound on the host; the group's batch is packed there and moved to the
+// replica's device in one copy per input, heads run there, and each reply's results come back
+// in one device-to-host copy (on the CPU both are no-ops).
 // Accounting: the pass's backbone time is charged to the members by their share of samples;
 // each head's time to its own tenant.
 //
@@ -23,7 +26,7 @@ namespace nexus::model::detail {
 
 class GroupExecutor {
  public:
-  GroupExecutor(Backbone& backbone, SlotRegistry& slots, CostModel cost, bool deterministic,
+  GroupExecutor(Backbone& backbone, torch::Device device, SlotRegistry& slots, CostModel cost, bool deterministic,
                 metrics::Accounting* accounting, ModelStats& stats, std::mutex& stats_mu);
 
   // Answers every live member of `group` exactly once (errors included). Returns the
@@ -35,7 +38,10 @@ class GroupExecutor {
   bool forward(std::span<Bound> bound, VLAFeature& features, std::string& error);
   void run_head(Bound& b, const VLAFeature& f);
 
+  torch::Tensor on_device(const torch::Tensor& t) const { return t.defined() ? t.to(device_) : t; }
+
   Backbone& backbone_;
+  const torch::Device device_;
   SlotRegistry& slots_;
   const CostModel cost_;
   const bool deterministic_;

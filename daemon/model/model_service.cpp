@@ -5,26 +5,12 @@
 #include <torch/torch.h>
 
 #include "daemon/log/log_text.hpp"
+#include "daemon/model/devices.hpp"
 #include "daemon/model/policy_port.hpp"
 #include "daemon/model/replica.hpp"
 #include "daemon/model/reproducible_math.hpp"
 
 namespace nexus::model {
-
-namespace {
-
-// Only the CPU runs today: refusing a CUDA device at start, with the reason, beats a daemon that
-// starts and then fails every tenant's first step.
-void check_device(const std::string& device) {
-  if (device == "cpu") return;
-  if (device.rfind("cuda", 0) == 0)
-    throw std::runtime_error("model.devices: \"" + device +
-                             "\": this nexusd's model service runs on the CPU only so far (its CUDA path is not built); "
-                             "use \"cpu\"");
-  throw std::runtime_error("model.devices: \"" + device + "\" is not a device (\"cpu\", or \"cuda:N\" once supported)");
-}
-
-}  // namespace
 
 ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
                            daemon::HealthManager* health, bool inject_executor_throw) {
@@ -33,11 +19,13 @@ ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::A
     daemon::log_text(daemon::LogLevel::Info, "deterministic",
                      at::hasMKL() ? "mkl_cbwr=" + pin_math_library_branch()
                                   : std::string("blas=not_mkl (no code branch to pin: OpenBLAS and others choose theirs)"));
-  auto devices = config.devices.empty() ? std::vector<std::string>{"cpu"} : config.devices;
-  for (const auto& d : devices) check_device(d);
-  if (const auto cuda = torch::cuda::device_count(); cuda > 0)
-    daemon::log_text(daemon::LogLevel::Warn, "devices",
-                     std::to_string(cuda) + " CUDA device(s) visible and not used: the model service runs on the CPU");
+  // A device that cannot run here is refused now, with the reason: better than a daemon that
+  // starts and then fails every tenant's first step.
+  const auto devices = resolve_devices(config.devices);
+  std::string names;
+  for (const auto& d : devices) names += (names.empty() ? "" : ",") + d.str();
+  daemon::log_text(daemon::LogLevel::Info, "devices",
+                   "replicas=" + names + (config.devices.empty() ? " (default: every visible CUDA device, else the CPU)" : ""));
   for (const auto& [tenant, p] : config.tenants) {
     if (p.replica < 0) continue;
     if (static_cast<std::size_t>(p.replica) >= devices.size())

@@ -137,10 +137,9 @@ struct TenantPolicy {
 
 struct ModelConfig {
   std::string backbone = "tiny";
-  // One backbone replica per entry. Only "cpu" runs so far: the model code's device path (CUDA
-  // tensors, per-device RNGs, the group_pack kernel in the pipeline) is not built yet, so a
-  // CUDA entry is refused at start with that reason.
-  std::vector<std::string> devices = {"cpu"};
+  // One backbone replica per entry ("cpu", "cuda:N"); empty: every visible CUDA device, else
+  // the CPU. An entry that cannot run here (no such CUDA device) is refused at start.
+  std::vector<std::string> devices;
   std::string weights;                   // safetensors; empty: the seeded initialisation
   sched::BatchPolicy batch;              // B and T, both queues
   double group_window_s = 0.02;          // training: who may join the fair-share leader's group

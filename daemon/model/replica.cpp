@@ -1,5 +1,6 @@
 #include "daemon/model/replica.hpp"
 
+#include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -44,31 +45,35 @@ class Replica::Policy final : public PolicyPort {
   std::string tenant_;
 };
 
-Replica::Replica(const ModelConfig& config, std::string device, const std::string& role_name,
+Replica::Replica(const ModelConfig& config, torch::Device device, const std::string& role_name,
                  std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health,
                  bool inject_executor_throw)
-    : config_(config), device_(std::move(device)), accounting_(std::move(accounting)), health_(health) {
+    : config_(config),
+      device_(device),
+      device_name_(device.str()),
+      accounting_(std::move(accounting)),
+      health_(health) {
   const bool builtin = config.backbone != "torchscript" && config.backbone != "aoti";
   if (config.backbone == "torchscript") {
     if (config.weights.empty()) throw std::runtime_error("--backbone torchscript needs --weights FILE.pt");
-    backbone_ = load_torchscript_backbone(config.weights);
+    backbone_ = load_torchscript_backbone(config.weights, device_);
   } else if (config.backbone == "aoti") {
     if (config.weights.empty()) throw std::runtime_error("--backbone aoti needs --weights FILE.pt2");
-    backbone_ = load_aoti_backbone(config.weights);
+    backbone_ = load_aoti_backbone(config.weights, device_);
   } else {
     auto bc = named_backbone(config.backbone);
     if (!bc) throw std::runtime_error("unknown backbone '" + config.backbone + "' (tiny, small, torchscript, aoti)");
-    backbone_ = make_builtin_backbone(*bc, config.weights);
+    backbone_ = make_builtin_backbone(*bc, config.weights, device_);
   }
   const auto& bc = backbone_->config();
   log_text(config.weights.empty() ? LogLevel::Warn : LogLevel::Info, "backbone",
-           "name=" + bc.name + " device=" + device_ +
+           "name=" + bc.name + " device=" + device_name_ +
                " weights=" + (config.weights.empty() ? "none(seeded_init_not_pretrained)" : config.weights) +
                " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size) +
                " deterministic=" + (config.deterministic ? "true" : "false"));
   for (const auto& [tenant, p] : config.tenants) share_.configure(tenant_id(tenant), p.weight, p.priority);
-  registry_ = std::make_unique<SlotRegistry>(config, bc);
-  executor_ = std::make_unique<GroupExecutor>(*backbone_, *registry_,
+  registry_ = std::make_unique<SlotRegistry>(config, bc, device_);
+  executor_ = std::make_unique<GroupExecutor>(*backbone_, device_, *registry_,
                                               make_cost_model(*backbone_, bc, config.max_request_gflop, builtin),
                                               config.deterministic, accounting_.get(), stats_, stats_mu_);
   throw_once_ = inject_executor_throw;
@@ -169,6 +174,9 @@ void Replica::run(std::uint64_t generation) {
 
 // The executor: one turn at a time, inference first (work_queues.hpp).
 void Replica::serve(std::uint64_t generation) {
+  // Every tensor this thread makes without naming a device lands on the replica's device.
+  c10::OptionalDeviceGuard device_guard;
+  if (device_.is_cuda()) device_guard.reset_device(device_);
   // A fixed thread count for the daemon's life: reductions split across threads the same way
   // in every pass (deterministic mode relies on it).
   torch::set_num_threads(config_.torch_threads > 0 ? config_.torch_threads

@@ -39,7 +39,7 @@ class Replica {
  public:
   // Loads the backbone (throws std::runtime_error) and starts the executor thread, a role of
   // `health` named `role_name` (optional). inject_executor_throw (tests): the loop throws once.
-  Replica(const ModelConfig& config, std::string device, const std::string& role_name,
+  Replica(const ModelConfig& config, torch::Device device, const std::string& role_name,
           std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, bool inject_executor_throw);
   ~Replica();  // stops the executor; queued work fails with "nexusd is stopping"
   Replica(const Replica&) = delete;
@@ -55,7 +55,7 @@ class Replica {
 
   ModelStats stats() const;
   const BackboneConfig& backbone() const { return backbone_->config(); }
-  const std::string& device() const { return device_; }
+  const std::string& device() const { return device_name_; }
 
  private:
   class Policy;
@@ -70,7 +70,8 @@ class Replica {
   void note_registered(const std::string& tenant);
 
   const ModelConfig config_;
-  const std::string device_;
+  const torch::Device device_;
+  const std::string device_name_;  // "cpu", "cuda:0"
   std::shared_ptr<metrics::Accounting> accounting_;
   daemon::HealthManager* const health_;
   std::unique_ptr<Backbone> backbone_;

@@ -75,6 +75,9 @@ std::optional<Failure> bind(Work& w, SlotEntry* slot, const BackboneConfig& bb, 
     b.kind = Bound::Kind::Act;
     b.images = act->images, b.tokens = act->tokens, b.mask = act->mask.to(torch::kBool), b.state = act->state;
     b.n = b.images.size(0);
+    // Checked here, on the host, so the slot need not read a device tensor back to check it.
+    if (b.state.defined() && !torch::isfinite(b.state).all().item<bool>())
+      return Failure{Fault::BadBatch, "state holds NaN or Inf"};
     b.gflop = b.n * cost.backbone_gflop_per_sample + head_gflop(*spec, bb.dim, b.n, false);
     return std::nullopt;
   }

@@ -11,8 +11,8 @@ namespace nexus::model::detail {
 using daemon::log_text;
 using daemon::LogLevel;
 
-SlotRegistry::SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone)
-    : config_(config), backbone_(backbone) {}
+SlotRegistry::SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device)
+    : config_(config), backbone_(backbone), device_(device) {}
 
 // Tags are checked by the decoder ([A-Za-z0-9._-], no ".."); tenant names by the tenant
 // registry. One directory per owner and tenant: a name another uid holds later (after a
@@ -35,7 +35,7 @@ SlotEntry* SlotRegistry::find(const std::string& tenant) {
   evicted_.erase(ev);
   try {
     const auto path = tenant_dir(uid, tenant) / "evicted";
-    auto loaded = TenantSlot::load(path.string(), backbone_.dim);
+    auto loaded = TenantSlot::load(path.string(), backbone_.dim, device_);
     const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
     auto& e = slots_[tenant] = SlotEntry{std::move(loaded.slot), views, uid};
     log_text(LogLevel::Info, "slot_restored", "tenant=" + tenant + " step=" + std::to_string(e.trainer->steps()));
@@ -52,7 +52,7 @@ SlotEntry* SlotRegistry::find(const std::string& tenant) {
 Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& r) {
   if (auto f = check_registration(r, backbone_)) return *f;
   try {
-    slots_[tenant] = SlotEntry{std::make_unique<TenantSlot>(r.head, r.optimizer, backbone_.dim, r.seed), r.views, uid};
+    slots_[tenant] = SlotEntry{std::make_unique<TenantSlot>(r.head, r.optimizer, backbone_.dim, r.seed, device_), r.views, uid};
   } catch (const std::invalid_argument& e) {
     return Failure{Fault::BadRequest, e.what()};
   }
@@ -129,7 +129,7 @@ Result SlotRegistry::load(const std::string& tenant, std::uint32_t uid, const st
   if (!std::filesystem::exists(path.string() + ".safetensors"))
     return Failure{Fault::NoCheckpoint, "no checkpoint '" + tag + "' for this tenant"};
   try {
-    auto loaded = TenantSlot::load(path.string(), backbone_.dim);
+    auto loaded = TenantSlot::load(path.string(), backbone_.dim, device_);
     const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
     const auto step = loaded.slot->steps();
     slots_[tenant] = SlotEntry{std::move(loaded.slot), views, uid};

@@ -27,7 +27,8 @@ struct SlotEntry {
 
 class SlotRegistry {
  public:
-  SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone);
+  // Slots it makes or loads live on `device` (its replica's).
+  SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device);
 
   // The tenant's slot, restored from its eviction checkpoint if it was evicted; nullptr if it
   // never registered (or the restore failed: logged, and the tenant must register again).
@@ -68,6 +69,7 @@ class SlotRegistry {
 
   const ModelConfig config_;
   const BackboneConfig backbone_;
+  const torch::Device device_;
   std::map<std::string, SlotEntry> slots_;  // executor thread only
   std::map<std::string, std::uint32_t> evicted_;  // executor thread only: checkpointed (owner uid), not resident
 

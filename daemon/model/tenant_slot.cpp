@@ -1,24 +1,25 @@
 #include "daemon/model/tenant_slot.hpp"
 
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <type_traits>
 
+#include "daemon/model/devices.hpp"
 #include "daemon/model/safetensors.hpp"
 #include "daemon/state/private_files.hpp"
 
 namespace nexus::model {
 
 TenantSlot::TenantSlot(const HeadSpec& spec, const OptimizerConfig& opt, std::int64_t feature_dim,
-                       std::uint64_t seed)
+                       std::uint64_t seed, torch::Device device)
     : config_(opt),
       feature_dim_(feature_dim),
-      rng_(at::make_generator<at::CPUGeneratorImpl>(seed)),
-      inference_rng_(at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x9E3779B97F4A7C15ull)) {
+      device_(device),
+      rng_(seeded_generator(device, seed)),
+      inference_rng_(seeded_generator(device, seed ^ 0x9E3779B97F4A7C15ull)) {
   {
     // Head initialisation draws from the global generator: make it a function of the seed.
     static std::mutex init_mu;
@@ -26,6 +27,7 @@ TenantSlot::TenantSlot(const HeadSpec& spec, const OptimizerConfig& opt, std::in
     torch::manual_seed(seed);
     head_ = make_head(spec, feature_dim);
   }
+  head_->to(device_);
   optimizer_ = std::make_unique<torch::optim::AdamW>(
       head_->parameters(), torch::optim::AdamWOptions(opt.lr)
                                .betas({opt.beta1, opt.beta2})
@@ -38,14 +40,16 @@ void TenantSlot::check_inputs(const VLAFeature& f, const torch::Tensor& state, c
   if (s.state_dim > 0) {
     if (!state.defined() || state.dim() != 2 || state.size(0) != n || state.size(1) != s.state_dim)
       throw SlotError(true, "state must be [" + std::to_string(n) + ", " + std::to_string(s.state_dim) + "]");
-    if (!torch::isfinite(state).all().item<bool>()) throw SlotError(false, "state holds NaN or Inf");
+    // Device tensors were checked on their host copies (request_binding.cpp): no sync here.
+    if (state.is_cpu() && !torch::isfinite(state).all().item<bool>()) throw SlotError(false, "state holds NaN or Inf");
   }
   if (actions) {
     if (!actions->defined() || actions->dim() != 3 || actions->size(0) != n || actions->size(1) != s.chunk ||
         actions->size(2) != s.action_dim)
       throw SlotError(true, "actions must be [" + std::to_string(n) + ", " + std::to_string(s.chunk) + ", " +
                                 std::to_string(s.action_dim) + "]");
-    if (!torch::isfinite(*actions).all().item<bool>()) throw SlotError(false, "actions hold NaN or Inf");
+    if (actions->is_cpu() && !torch::isfinite(*actions).all().item<bool>())
+      throw SlotError(false, "actions hold NaN or Inf");
   }
 }
 
@@ -92,20 +96,23 @@ StepResult TenantSlot::policy_step(const std::function<torch::Tensor(ActionHead&
   head_->train();
   optimizer_->zero_grad();
   auto loss = loss_of(*head_);
-  if (!torch::isfinite(loss).item<bool>()) throw SlotError(false, "loss is NaN or Inf; no update made");
-  loss.backward();
-  double norm = 0;
-  if (config_.grad_clip > 0) norm = torch::nn::utils::clip_grad_norm_(head_->parameters(), config_.grad_clip);
-  if (!std::isfinite(norm)) {
+  loss.backward();  // a NaN loss only makes NaN gradients: they are dropped below, never applied
+  const auto norm = clip_gradients(head_->parameters(), config_.grad_clip);
+  // The step's one host synchronisation: loss and norm, read together, before the update.
+  const auto result = torch::stack({loss.detach().to(torch::kFloat32).reshape({}), norm.to(torch::kFloat32)}).to(torch::kCPU);
+  const double loss_value = result[0].item<float>(), norm_value = result[1].item<float>();
+  if (!std::isfinite(loss_value) || !std::isfinite(norm_value)) {
     optimizer_->zero_grad();
-    throw SlotError(false, "gradient is NaN or Inf; no update made");
+    throw SlotError(false, std::isfinite(loss_value) ? "gradient is NaN or Inf; no update made"
+                                                     : "loss is NaN or Inf; no update made");
   }
   optimizer_->step();
-  return StepResult{loss.item<double>(), norm, ++steps_};
+  return StepResult{loss_value, config_.grad_clip > 0 ? norm_value : 0.0, ++steps_};
 }
 
 std::uint64_t TenantSlot::publish() {
   auto copy = make_head(head_->spec(), feature_dim_);
+  copy->to(device_);
   {
     torch::NoGradGuard no_grad;
     auto src = head_->parameters();
@@ -169,7 +176,7 @@ torch::Tensor from_safetensor(const SafeTensor& st, const std::vector<std::int64
 
 TenantSlot::Digest TenantSlot::digest() const {
   auto fnv = [](std::uint64_t h, const torch::Tensor& t) {
-    const auto c = t.detach().contiguous();
+    const auto c = t.detach().to(torch::kCPU).contiguous();  // a diagnostic: its copy is allowed
     const auto* p = static_cast<const std::uint8_t*>(c.data_ptr());
     for (std::size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
     return h;
@@ -208,7 +215,7 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
     f.tensors.emplace("adamw.exp_avg_sq." + item.key(), to_safetensor(st.exp_avg_sq()));
     adam_step = st.step();
   }
-  f.tensors.emplace("rng", to_safetensor(rng_.get_state()));
+  f.tensors.emplace("rng", to_safetensor(rng_.get_state()));  // the host form of either kind
   std::vector<std::uint64_t> versions;
   for (const auto& [v, head] : versions_) {
     versions.push_back(v);
@@ -223,6 +230,7 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
       {"optimizer", {{"lr", config_.lr}, {"beta1", config_.beta1}, {"beta2", config_.beta2},
                      {"weight_decay", config_.weight_decay}, {"grad_clip", config_.grad_clip}}},
       {"steps", steps_},
+      {"rng_device", device_.is_cuda() ? "cuda" : "cpu"},
       {"adamw_step", adam_step},
       {"versions", versions},
       {"published", published_},
@@ -234,7 +242,7 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
   daemon::write_private_file(path + ".json", manifest.dump(2) + "\n", 0600);
 }
 
-TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t feature_dim) {
+TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t feature_dim, torch::Device device) {
   const SafeTensorsFile f = read_safetensors(path + ".safetensors");
   auto m = f.metadata.find("nexus.manifest");
   if (m == f.metadata.end()) throw std::runtime_error("checkpoint " + path + ": no manifest");
@@ -247,7 +255,7 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
                   h.at("hidden"), h.at("flow_steps"), h.at("flow_noise")};
     const auto& o = manifest.at("optimizer");
     OptimizerConfig opt{o.at("lr"), o.at("beta1"), o.at("beta2"), o.at("weight_decay"), o.at("grad_clip")};
-    auto slot = std::make_unique<TenantSlot>(spec, opt, feature_dim, 0);
+    auto slot = std::make_unique<TenantSlot>(spec, opt, feature_dim, 0, device);
     torch::NoGradGuard no_grad;
     auto& state = slot->optimizer_->state();
     const std::int64_t adam_step = manifest.at("adamw_step");
@@ -262,18 +270,27 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
       if (adam_step > 0) {
         auto st = std::make_unique<torch::optim::AdamWParamState>();
         st->step(adam_step);
-        st->exp_avg(from_safetensor(get("adamw.exp_avg." + item.key()), shape, "F32", item.key()));
-        st->exp_avg_sq(from_safetensor(get("adamw.exp_avg_sq." + item.key()), shape, "F32", item.key()));
+        st->exp_avg(from_safetensor(get("adamw.exp_avg." + item.key()), shape, "F32", item.key()).to(device));
+        st->exp_avg_sq(from_safetensor(get("adamw.exp_avg_sq." + item.key()), shape, "F32", item.key()).to(device));
         state[state_key(state, item.value())] = std::move(st);
       }
     }
     auto rng = f.tensors.find("rng");
     if (rng == f.tensors.end()) throw std::runtime_error("checkpoint " + path + ": no rng state");
-    slot->rng_.set_state(from_safetensor(rng->second, rng->second.shape, "U8", "rng"));
+    const auto rng_state = from_safetensor(rng->second, rng->second.shape, "U8", "rng");
+    if (manifest.value("rng_device", "cpu") == (device.is_cuda() ? "cuda" : "cpu")) {
+      slot->rng_.set_state(rng_state);
+    } else {  // another kind of generator's state: reseed from it (see header)
+      std::uint64_t seed = 14695981039346656037ull;
+      const auto* b = rng_state.data_ptr<std::uint8_t>();
+      for (std::int64_t i = 0; i < rng_state.numel(); ++i) seed = (seed ^ b[i]) * 1099511628211ull;
+      slot->rng_ = seeded_generator(device, seed);
+    }
     slot->steps_ = manifest.at("steps");
     // Published versions (checkpoints from before they were saved have none).
     for (const std::uint64_t v : manifest.value("versions", std::vector<std::uint64_t>{})) {
       auto copy = make_head(spec, feature_dim);
+      copy->to(device);
       for (auto& item : copy->named_parameters()) {
         const auto name = "version." + std::to_string(v) + "." + item.key();
         auto it = f.tensors.find(name);

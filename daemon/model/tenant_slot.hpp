@@ -37,9 +37,14 @@ struct StepResult {
 
 class TenantSlot {
  public:
-  TenantSlot(const HeadSpec& head, const OptimizerConfig& optimizer, std::int64_t feature_dim, std::uint64_t seed);
+  // The head, its optimizer state and its RNGs live on `device` (the replica's); the head is
+  // initialised on the CPU from `seed` and moved there, so it starts the same on any device.
+  TenantSlot(const HeadSpec& head, const OptimizerConfig& optimizer, std::int64_t feature_dim, std::uint64_t seed,
+             torch::Device device = torch::kCPU);
 
-  // One supervised step on a batch. Throws SlotError (slot untouched) on bad input.
+  // One supervised step on a batch (every tensor on the slot's device). Throws SlotError (slot
+  // untouched) on bad input. Its one host synchronisation reads loss, gradient norm and their
+  // finiteness together, after backward and before the optimizer step (docs/design/gpu.md).
   StepResult sft_step(const VLAFeature& features, const torch::Tensor& state, const torch::Tensor& actions);
   // Actions [n, chunk, action_dim] of the live parameters (version 0) or of a published version
   // (no grad, eval). Throws SlotError for bad input, std::out_of_range for an unknown version.
@@ -69,10 +74,13 @@ class TenantSlot {
 
   // Checkpoint: `<path>.safetensors` (head parameters, AdamW moments, RNG state, the published
   // versions still held) and `<path>.json` (the manifest: head spec, optimizer config, step,
-  // versions, caller's extra fields). load() throws std::runtime_error on a bad file.
+  // versions, caller's extra fields). load() throws std::runtime_error on a bad file. A
+  // checkpoint saved on one device loads on any: tensors are stored from the host; a training
+  // RNG saved by another kind of device (a CUDA Philox state on a CPU slot, or the reverse) can
+  // not be carried over, so the loaded slot's stream is reseeded from the saved state's bytes.
   void save(const std::string& path, const nlohmann::json& extra = {}) const;
   struct Loaded;
-  static Loaded load(const std::string& path, std::int64_t feature_dim);
+  static Loaded load(const std::string& path, std::int64_t feature_dim, torch::Device device = torch::kCPU);
 
   // FNV-1a fingerprints of everything a checkpoint holds: `parameters` covers the live head and
   // every published version kept, `optimizer` the AdamW moments and step counts and the training
@@ -84,6 +92,7 @@ class TenantSlot {
   Digest digest() const;
 
   ActionHead& head() { return *head_; }
+  const torch::Device& device() const { return device_; }
   std::int64_t steps() const { return steps_; }
 
  private:
@@ -93,6 +102,7 @@ class TenantSlot {
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   OptimizerConfig config_;
   std::int64_t feature_dim_;
+  torch::Device device_;
   at::Generator rng_;            // training: SFT noise (flow), RL action sampling; checkpointed
   at::Generator inference_rng_;  // predict only; not training state, so not checkpointed
   std::int64_t steps_ = 0;

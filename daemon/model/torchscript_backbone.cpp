@@ -38,10 +38,10 @@ void check_user_features(const VLAFeature& f, std::int64_t n, std::int64_t dim, 
     throw std::runtime_error(std::string(kind) + " backbone returned other than float [N, L, D], [N, D], bool [N, L]");
 }
 
-std::unique_ptr<Backbone> load_torchscript_backbone(const std::string& path) {
+std::unique_ptr<Backbone> load_torchscript_backbone(const std::string& path, torch::Device device) {
   torch::jit::script::Module m;
   try {
-    m = torch::jit::load(path, torch::kCPU);
+    m = torch::jit::load(path, device);
   } catch (const c10::Error& e) {
     throw std::runtime_error("TorchScript backbone " + path + ": " + e.what_without_backtrace());
   }

@@ -54,33 +54,41 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
   UpdateStats s;
   const auto n = pooled.size(0);
   const model::VLAFeature none{};  // gaussian heads read only pooled: see Rollout
+  // Progress figures summed where the head is, in double, and read once at the end: the
+  // minibatch's one host synchronisation is its step's (tenant_slot.cpp).
+  torch::Tensor clipped_sum, entropy_sum;
+  auto add = [](torch::Tensor& sum, const torch::Tensor& x) {
+    auto d = x.detach().to(torch::kDouble);
+    sum = sum.defined() ? sum + d : d;
+  };
   for (int e = 0; e < c.epochs; ++e) {
     auto order = torch::randperm(n, gen, torch::kLong);
     for (std::int64_t at = 0; at < n; at += c.minibatch) {
       auto idx = order.narrow(0, at, std::min<std::int64_t>(c.minibatch, n - at));
-      double clipped = 0, entropy = 0;
       model::StepResult step;
       on_slot([&](model::TenantSlot& slot) {
+        // The rollout is on the host; the minibatch goes where the slot's head is.
+        auto pick = [&, device = slot.device()](const torch::Tensor& t) { return t.index_select(0, idx).to(device); };
         step = slot.policy_step([&](model::ActionHead& head) {
-        model::VLAFeature f{none.tokens, pooled.index_select(0, idx), none.mask};
-        auto out = model::gaussian_outputs(head, f, state.index_select(0, idx));
-        auto lp = model::gaussian_log_prob(out, actions.index_select(0, idx));
-        auto old = old_log_prob.index_select(0, idx);
-        auto surrogate = clipped_surrogate(lp, old, adv.index_select(0, idx), c.clip);
+        model::VLAFeature f{none.tokens, pick(pooled), none.mask};
+        auto out = model::gaussian_outputs(head, f, pick(state));
+        auto lp = model::gaussian_log_prob(out, pick(actions));
+        auto old = pick(old_log_prob);
+        auto surrogate = clipped_surrogate(lp, old, pick(adv), c.clip);
         auto ent = model::gaussian_entropy(out);
-        clipped = ((torch::exp(lp - old) - 1).abs() > c.clip).to(torch::kFloat32).mean().item<double>();
-        entropy = ent.item<double>();
+        add(clipped_sum, ((torch::exp(lp - old) - 1).abs() > c.clip).to(torch::kFloat32).mean());
+        add(entropy_sum, ent);
         return weight * (-surrogate.mean() - c.entropy * ent);
         });
       });
       s.policy_loss += step.loss;
-      s.clip_fraction += clipped;
-      s.entropy += entropy;
       if (value_step) s.value_loss += value_step(idx);
       ++s.minibatches;
     }
   }
   if (s.minibatches > 0) {
+    s.clip_fraction = clipped_sum.item<double>();  // sums: divided below
+    s.entropy = entropy_sum.item<double>();
     s.policy_loss /= s.minibatches;
     s.value_loss /= s.minibatches;
     s.entropy /= s.minibatches;

@@ -4,6 +4,7 @@
 // placement and balancing are tested without a GPU.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -59,7 +60,28 @@ TEST_CASE("two CPU replicas: 8 tenants are placed 4 and 4, and each one's losses
   }
 }
 
-TEST_CASE("tenants pinned in config go to their replica, and a CUDA device or a pin out of range is refused at start",
+// Where a GPU is (scripts/gpu-check.sh sets NEXUS_TEST_CUDA=1): the same eight tenants on one
+// CUDA replica train as on the CPU. Float reductions differ between the devices, so the bound is
+// looser than the CPU replicas' equivalence tolerance; the figure is printed for the record.
+TEST_CASE("a CUDA replica: 8 tenants' losses follow the CPU's", "[integration][model][replicas][cuda]") {
+  const char* cuda = std::getenv("NEXUS_TEST_CUDA");
+  if (!cuda || std::string(cuda) != "1") {
+    WARN("no CUDA device here (NEXUS_TEST_CUDA unset): not run");
+    return;
+  }
+  const auto cpu = run_eight({"cpu"});
+  const auto gpu = run_eight({"cuda:0"});
+  REQUIRE(gpu.status.replicas.size() == 1);
+  CHECK(gpu.status.replicas[0].device == "cuda:0");
+  CHECK(gpu.status.replicas[0].tenants == 8);
+  for (const auto& [name, report] : cpu.reports) {
+    const double worst = max_relative_difference(report, gpu.reports.at(name));
+    WARN(name << ": max relative loss difference, cuda:0 against cpu: " << worst);
+    CHECK(worst <= 1e-2);
+  }
+}
+
+TEST_CASE("tenants pinned in config go to their replica, and a device that is not here or a pin out of range is refused at start",
           "[integration][model][replicas]") {
   TempDir dir;
   std::ofstream(dir.path + "/pinned.toml") << "[model]\ndevices = [\"cpu\", \"cpu\"]\n"
@@ -83,14 +105,26 @@ TEST_CASE("tenants pinned in config go to their replica, and a CUDA device or a 
     const auto rc = wait_exit(p, std::chrono::seconds(60));
     return std::pair{rc.value_or(-1), read_file(dir.path + "/" + tag + ".err")};
   };
-  const auto [rc, err] = start({"--devices", "cuda:0"}, "cuda");
+  // No machine this runs on has 64 GPUs: the entry is refused, with how many are visible.
+  const auto [rc, err] = start({"--devices", "cpu", "cuda:63"}, "cuda");
   INFO(err);
   CHECK(rc != 0);
-  CHECK(err.find("\"cuda:0\": this nexusd's model service runs on the CPU only") != std::string::npos);
+  CHECK(err.find("\"cuda:63\": ") != std::string::npos);
+  CHECK(err.find("CUDA device(s) visible to nexusd") != std::string::npos);
+  const auto [rc_name, err_name] = start({"--devices", "tpu:0"}, "tpu");
+  INFO(err_name);
+  CHECK(rc_name != 0);
+  CHECK(err_name.find("\"tpu:0\" is not a device") != std::string::npos);
 
   std::ofstream(dir.path + "/pin.toml") << "[model]\ndevices = [\"cpu\", \"cpu\"]\n[tenants.alice]\nreplica = 2\n";
   const auto [rc2, err2] = start({"-c", dir.path + "/pin.toml"}, "pin");
   INFO(err2);
   CHECK(rc2 == 2);
   CHECK(err2.find("tenants.alice.replica must be an index into model.devices") != std::string::npos);
+  // With devices unset the count is known at start (one here, the CPU, where no GPU is visible).
+  std::ofstream(dir.path + "/pin_auto.toml") << "[tenants.alice]\nreplica = 63\n";
+  const auto [rc3, err3] = start({"-c", dir.path + "/pin_auto.toml"}, "pin_auto");
+  INFO(err3);
+  CHECK(rc3 != 0);
+  CHECK(err3.find("tenants.alice.replica = 63: there are only") != std::string::npos);
 }

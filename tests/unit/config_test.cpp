@@ -50,8 +50,12 @@ TEST_CASE("devices, replica pins and regions come from the config, bad ones name
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.devices"));
   std::ofstream(path) << "[model]\ndevices = [\"cpu\", 1]\n";
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.devices must hold only strings"));
-  std::ofstream(path) << "[tenants.alice]\nreplica = 1\n";  // one device by default
+  std::ofstream(path) << "[model]\ndevices = [\"cpu\"]\n[tenants.alice]\nreplica = 1\n";
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("tenants.alice.replica"));
+  // Unset devices (every visible CUDA device, else the CPU) are counted at start, not here.
+  std::ofstream(path) << "[tenants.alice]\nreplica = 1\n";
+  CHECK(load_config_file(path).tenants.at("alice").replica == 1);
+  CHECK(load_config_file(path).devices.empty());
   std::ofstream(path) << "[ipc]\nallow_device_regions = 1\n";
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("ipc.allow_device_regions"));
 }

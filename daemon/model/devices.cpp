@@ -1,0 +1,66 @@
+#include "daemon/model/devices.hpp"
+
+#include <mutex>
+#include <stdexcept>
+
+namespace nexus::model {
+
+torch::Device parse_device(const std::string& name) {
+  std::optional<torch::Device> d;
+  try {
+    d.emplace(name);
+  } catch (const c10::Error&) {
+  }
+  if (!d || !(d->is_cpu() || d->is_cuda()))
+    throw std::runtime_error("model.devices: \"" + name + "\" is not a device (\"cpu\" or \"cuda:N\")");
+  if (d->is_cpu()) return torch::kCPU;  // "cpu:0" and "cpu" are one CPU
+  const auto visible = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  if (!d->has_index()) d->set_index(0);
+  if (d->index() >= static_cast<c10::DeviceIndex>(visible))
+    throw std::runtime_error("model.devices: \"" + name + "\": " + std::to_string(visible) +
+                             " CUDA device(s) visible to nexusd" +
+                             (visible == 0 ? " (no NVIDIA driver, no GPU, or CUDA_VISIBLE_DEVICES hides them); use \"cpu\""
+                                           : ""));
+  return *d;
+}
+
+std::vector<torch::Device> resolve_devices(const std::vector<std::string>& names) {
+  std::vector<torch::Device> out;
+  for (const auto& n : names) out.push_back(parse_device(n));
+  if (!out.empty()) return out;
+  const auto visible = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  for (std::size_t i = 0; i < visible; ++i) out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+  if (out.empty()) out.emplace_back(torch::kCPU);
+  return out;
+}
+
+at::Generator seeded_generator(const torch::Device& device, std::uint64_t seed) {
+  // A clone of the device's default generator is a generator of the device's own kind, without
+  // naming CUDA's types here; reseeding resets everything the clone copied.
+  at::Generator source = at::globalContext().defaultGenerator(device);  // shares the default one
+  at::Generator g;
+  {
+    std::lock_guard lock(source.mutex());
+    g = source.clone();
+  }
+  std::lock_guard lock(g.mutex());
+  g.set_current_seed(seed);
+  return g;
+}
+
+torch::Tensor host_copy(const torch::Tensor& t) { return t.is_cpu() ? t.clone() : t.to(torch::kCPU); }
+
+torch::Tensor clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  std::vector<torch::Tensor> norms, grads;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) grads.push_back(p.grad().data()), norms.push_back(p.grad().data().norm(2));
+  if (grads.empty()) return parameters.empty() ? torch::zeros({}) : torch::zeros({}, parameters.front().options());
+  auto total = norms.size() == 1 ? norms[0] : torch::stack(norms).norm(2);
+  if (max_norm > 0) {
+    const auto coef = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+    for (auto& g : grads) g.mul_(coef);
+  }
+  return total;
+}
+
+}  // namespace nexus::model

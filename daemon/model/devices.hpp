@@ -1,0 +1,33 @@
+// The devices the model service runs on ([model] devices), and the few device-specific pieces
+// the model code needs. Everything else in the model code is device-agnostic: a tensor is made
+// with the options of one already on its device, and a CUDA branch is a run-time test of
+// `device.is_cuda()`, never an #ifdef, so every branch compiles wherever LibTorch does.
+#pragma once
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace nexus::model {
+
+// "cpu" or "cuda:N" (N a visible CUDA device); throws std::runtime_error naming the entry and why
+// it cannot run here ("cuda:1": 1 CUDA device visible).
+torch::Device parse_device(const std::string& name);
+// The replicas' devices: `names` parsed, or where it is empty every visible CUDA device, else the CPU.
+std::vector<torch::Device> resolve_devices(const std::vector<std::string>& names);
+
+// A generator of `device` seeded with `seed`: a CPU one is exactly
+// at::make_generator<at::CPUGeneratorImpl>(seed); a CUDA one is that device's (Philox) kind.
+at::Generator seeded_generator(const torch::Device& device, std::uint64_t seed);
+
+// The host copy of a result (the one device-to-host copy a reply needs). On the CPU a tensor
+// that may be a view of the group's batch is cloned, so it outlives the batch either way.
+torch::Tensor host_copy(const torch::Tensor& t);
+
+// Gradient clipping as LibTorch's clip_grad_norm_ (same operations, so bitwise the same
+// gradients), but the total norm stays a tensor on the parameters' device: reading it is the
+// caller's one host synchronisation. max_norm <= 0: the norm only, gradients untouched.
+torch::Tensor clip_gradients(const std::vector<torch::Tensor>& parameters, double max_norm);
+
+}  // namespace nexus::model

@@ -1,0 +1,157 @@
+// The device-agnostic pieces of the model code (daemon/model/devices.hpp) and a slot's device
+// contract. On a machine without a GPU the CUDA cases say so and check only what the CPU can:
+// that a CUDA entry is refused with the reason, and that a checkpoint from a CUDA slot loads here.
+// scripts/gpu-check.sh runs the same binary where a GPU is.
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "daemon/model/devices.hpp"
+#include "daemon/model/safetensors.hpp"
+#include "daemon/model/tenant_slot.hpp"
+#include "processes.hpp"
+
+using namespace nexus;
+
+namespace {
+
+bool have_cuda() {
+  if (torch::cuda::is_available()) return true;
+  WARN("no CUDA device here: the CUDA half of this case did not run");
+  return false;
+}
+
+model::VLAFeature random_features(std::int64_t n, std::int64_t dim, torch::Device device = torch::kCPU) {
+  torch::manual_seed(5);
+  return {torch::randn({n, 4, dim}).to(device), torch::randn({n, dim}).to(device),
+          torch::ones({n, 4}, torch::kBool).to(device)};
+}
+
+}  // namespace
+
+TEST_CASE("devices: cpu and visible cuda:N are devices, anything else is refused with the reason", "[model][devices]") {
+  CHECK(model::parse_device("cpu") == torch::Device(torch::kCPU));
+  CHECK(model::parse_device("cpu:0") == torch::Device(torch::kCPU));
+  CHECK_THROWS_WITH(model::parse_device("tpu:0"), Catch::Contains("\"tpu:0\" is not a device"));
+  CHECK_THROWS_WITH(model::parse_device("cuda:x"), Catch::Contains("is not a device"));
+  CHECK_THROWS_WITH(model::parse_device("cuda:63"), Catch::Contains("CUDA device(s) visible to nexusd"));
+  const auto all = model::resolve_devices({});
+  const auto visible = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  if (visible == 0) {
+    REQUIRE(all.size() == 1);
+    CHECK(all[0].is_cpu());
+  } else {
+    REQUIRE(all.size() == visible);
+    for (std::size_t i = 0; i < all.size(); ++i) CHECK(all[i] == torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i)));
+  }
+  CHECK(model::resolve_devices({"cpu", "cpu"}).size() == 2);
+}
+
+TEST_CASE("devices: a CPU slot generator is the CPU generator of the seed, bit for bit", "[model][devices]") {
+  auto ours = model::seeded_generator(torch::kCPU, 42);
+  auto reference = at::make_generator<at::CPUGeneratorImpl>(42);
+  torch::randn({7}, ours);  // both streams advance alike, normals' cached halves included
+  torch::randn({7}, reference);
+  CHECK(torch::equal(torch::randn({5, 3}, ours), torch::randn({5, 3}, reference)));
+  CHECK(torch::equal(ours.get_state(), reference.get_state()));
+  auto again = model::seeded_generator(torch::kCPU, 42);
+  CHECK_FALSE(torch::equal(again.get_state(), ours.get_state()));  // a fresh stream, not a shared one
+}
+
+TEST_CASE("devices: gradient clipping keeps its norm on the device and equals LibTorch's", "[model][devices]") {
+  auto make = [] {
+    torch::manual_seed(11);
+    auto net = torch::nn::Linear(8, 3);
+    net->forward(torch::randn({16, 8})).pow(2).sum().backward();
+    return net;
+  };
+  auto ours = make(), reference = make();
+  const auto norm = model::clip_gradients(ours->parameters(), 0.5);
+  CHECK(norm.dim() == 0);  // a tensor: reading it is the caller's one sync
+  const double expected = torch::nn::utils::clip_grad_norm_(reference->parameters(), 0.5);
+  CHECK(norm.item<double>() == Approx(expected).epsilon(1e-6));
+  REQUIRE(expected > 0.5);  // so clipping acted
+  for (std::size_t i = 0; i < ours->parameters().size(); ++i)
+    CHECK(torch::allclose(ours->parameters()[i].grad(), reference->parameters()[i].grad(), 1e-6, 1e-7));
+  double clipped = 0;
+  for (const auto& p : ours->parameters()) clipped += p.grad().pow(2).sum().item<double>();
+  CHECK(std::sqrt(clipped) == Approx(0.5).epsilon(1e-4));
+  auto untouched = make();
+  const auto before = untouched->weight.grad().clone();
+  CHECK(model::clip_gradients(untouched->parameters(), 0).item<double>() == Approx(expected).epsilon(1e-6));
+  CHECK(torch::equal(untouched->weight.grad(), before));  // max_norm 0: the norm only
+}
+
+TEST_CASE("devices: a NaN loss is refused after backward, with no update and the slot's state unchanged",
+          "[model][devices][isolation]") {
+  model::TenantSlot slot({.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 16}, {}, 32, 3);
+  const auto f = random_features(4, 32);
+  slot.sft_step(f, {}, torch::zeros({4, 1, 2}));
+  const auto before = slot.digest();
+  auto gen = model::seeded_generator(torch::kCPU, 1);
+  try {
+    slot.policy_step([&](model::ActionHead& head) { return head.loss(f, {}, torch::zeros({4, 1, 2}), gen) * std::nan(""); });
+    FAIL("a NaN loss made a step");
+  } catch (const model::SlotError& e) {
+    CHECK(std::string(e.what()).find("loss is NaN or Inf; no update made") != std::string::npos);
+  }
+  const auto after = slot.digest();
+  CHECK(after.parameters == before.parameters);
+  CHECK(after.optimizer == before.optimizer);
+  CHECK(after.step == before.step);
+  // And the next good step is as if the refused one never happened: no stale gradient.
+  model::TenantSlot twin({.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 16}, {}, 32, 3);
+  twin.sft_step(f, {}, torch::zeros({4, 1, 2}));
+  CHECK(slot.sft_step(f, {}, torch::ones({4, 1, 2})).loss == twin.sft_step(f, {}, torch::ones({4, 1, 2})).loss);
+  CHECK(slot.digest().parameters == twin.digest().parameters);
+}
+
+TEST_CASE("devices: a checkpoint whose RNG is another device kind's loads, reseeded from it", "[model][devices]") {
+  test::TempDir dir;
+  const model::HeadSpec spec{.kind = "flow", .action_dim = 2, .chunk = 2, .hidden = 16};
+  model::TenantSlot slot(spec, {}, 32, 8);
+  slot.sft_step(random_features(4, 32), {}, torch::zeros({4, 2, 2}));
+  const auto path = dir.path + "/slot";
+  slot.save(path);
+  auto file = model::read_safetensors(path + ".safetensors");
+  auto manifest = nlohmann::json::parse(file.metadata.at("nexus.manifest"));
+  CHECK(manifest.at("rng_device") == "cpu");
+  // What a slot on a GPU writes: its generator's kind, and a Philox state (seed and offset).
+  manifest["rng_device"] = "cuda";
+  file.metadata["nexus.manifest"] = manifest.dump();
+  file.tensors["rng"] = model::SafeTensor{"U8", {16}, std::vector<std::uint8_t>(16, 7)};
+  model::write_safetensors(path + "_cuda.safetensors", file, 0600);
+  const auto a = model::TenantSlot::load(path + "_cuda", 32), b = model::TenantSlot::load(path + "_cuda", 32);
+  CHECK(a.slot->digest().parameters == slot.digest().parameters);  // parameters and moments carried over
+  CHECK(a.slot->digest().optimizer == b.slot->digest().optimizer);  // the reseeded stream: a function of the file
+  CHECK(a.slot->digest().optimizer != slot.digest().optimizer);
+  const auto f = random_features(4, 32);
+  CHECK(a.slot->sft_step(f, {}, torch::zeros({4, 2, 2})).loss == b.slot->sft_step(f, {}, torch::zeros({4, 2, 2})).loss);
+}
+
+TEST_CASE("devices: a slot on a CUDA device trains like one on the CPU, and its checkpoint loads on the CPU",
+          "[model][devices][cuda]") {
+  if (!have_cuda()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  const model::HeadSpec spec{.kind = "mlp_chunk", .action_dim = 2, .chunk = 2, .hidden = 32};
+  model::TenantSlot on_cpu(spec, {}, 32, 4), on_gpu(spec, {}, 32, 4, gpu);
+  REQUIRE(on_gpu.head().parameters().front().device() == gpu);
+  torch::manual_seed(9);
+  const auto target = torch::randn({8, 2, 2});
+  for (int i = 0; i < 20; ++i) {
+    const auto a = on_cpu.sft_step(random_features(8, 32), {}, target);
+    const auto b = on_gpu.sft_step(random_features(8, 32, gpu), {}, target.to(gpu));
+    INFO("step " << i << ": cpu " << a.loss << ", cuda " << b.loss);
+    CHECK(b.loss == Approx(a.loss).epsilon(1e-3));
+  }
+  test::TempDir dir;
+  on_gpu.save(dir.path + "/gpu");
+  auto back = model::TenantSlot::load(dir.path + "/gpu", 32);
+  CHECK(back.slot->digest().parameters == on_gpu.digest().parameters);
+  const auto f = random_features(8, 32);
+  CHECK(torch::allclose(back.slot->predict(f, {}), on_gpu.predict(random_features(8, 32, gpu), {}).cpu(), 1e-4, 1e-5));
+}
