@@ -29,7 +29,7 @@ void Reactor::register_region(TenantSession& s, std::uint64_t request_id, const 
   if (fd < 0) return refuse(wire::ErrorCode::BadMessage, "send the region's descriptor on the control socket first");
   if (req.kind() == wire::RegionKind::CudaFd)
     return refuse(wire::ErrorCode::BadMessage,
-                  "CUDA regions are not imported by this nexusd yet (its model service runs on the CPU): "
+                  "CUDA regions are not imported by this nexusd yet (its CUDA importer is not built; docs/design/gpu.md): "
                   "register a host region");
   auto added = s.regions->add(*host_importer_, fd, req.bytes());  // owns fd from here
   if (auto* refusal = std::get_if<RegionRefusal>(&added)) {
