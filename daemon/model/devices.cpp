@@ -1,6 +1,7 @@
 #include "daemon/model/devices.hpp"
 
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 
 namespace nexus::model {
