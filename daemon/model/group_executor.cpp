@@ -104,13 +104,14 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, std::
     stats_.backbone_seconds += backbone_s;
   }
   // Partition: each member gets narrow() views of the group's features, no copy.
+  std::vector<PendingPrediction> predictions;
   std::int64_t offset = 0;
   for (auto& b : bound) {
     VLAFeature f{features.tokens.narrow(0, offset, b.n), features.pooled.narrow(0, offset, b.n),
                  features.mask.narrow(0, offset, b.n)};
     offset += b.n;
     const auto h0 = sched::Clock::now();
-    run_head(b, f);
+    run_head(b, f, predictions);
     const double head_s = std::chrono::duration<double>(sched::Clock::now() - h0).count();
     const double seconds = backbone_s * static_cast<double>(b.n) / static_cast<double>(samples) + head_s;
     charged[b.tenant] += seconds;
@@ -121,10 +122,33 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, std::
     std::lock_guard lk(stats_mu_);
     stats_.head_seconds += head_s;
   }
+  answer_predictions(predictions);
+}
+
+void GroupExecutor::answer_predictions(std::vector<PendingPrediction>& predictions) {
+  if (predictions.empty()) return;
+  torch::Tensor host;
+  try {
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : predictions) flat.push_back(p.actions.to(torch::kFloat32).reshape({-1}));
+    host = torch::cat(flat).to(torch::kCPU).contiguous();  // the group's one result copy
+  } catch (const std::exception& e) {
+    for (auto& p : predictions) fail(*p.bound->work, Fault::Internal, e.what());
+    return;
+  }
+  const float* data = host.data_ptr<float>();
+  for (auto& p : predictions) {
+    Predicted out;
+    out.shape = p.actions.sizes().vec();
+    const auto n = static_cast<std::size_t>(p.actions.numel());
+    out.actions.assign(data, data + n);
+    data += n;
+    answer(*p.bound, std::move(out));
+  }
 }
 
 // A head's failure is its tenant's alone: typed error, the group's others go on.
-void GroupExecutor::run_head(Bound& b, const VLAFeature& f) {
+void GroupExecutor::run_head(Bound& b, const VLAFeature& f, std::vector<PendingPrediction>& predictions) {
   if (b.kind == Bound::Kind::Features) {  // the tenant's own head will read them: one copy out
     try {
       b.out.copy_(f.pooled);
@@ -151,11 +175,7 @@ void GroupExecutor::run_head(Bound& b, const VLAFeature& f) {
       const auto r = slot.sft_step(f, on_device(b.state), on_device(b.actions));
       answer(b, Stepped{r.loss, r.grad_norm, static_cast<std::uint64_t>(r.step)});
     } else {
-      auto a = slot.predict(f, on_device(b.state), b.version).to(torch::kCPU).contiguous();  // the result copy
-      Predicted p;
-      p.shape = a.sizes().vec();
-      p.actions.assign(a.data_ptr<float>(), a.data_ptr<float>() + a.numel());
-      answer(b, std::move(p));
+      predictions.push_back({&b, slot.predict(f, on_device(b.state), b.version)});  // answered after the group
     }
   } catch (const SlotError& e) {
     fail(*b.work, Fault::BadBatch, e.what());

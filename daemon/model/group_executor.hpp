@@ -6,7 +6,8 @@
 // it fails on is answered with the error.
 // Devices: members are bound on the host; the group's batch is packed there and moved to the
 // replica's device in one copy per input, heads run there, and each reply's results come back
-// in one device-to-host copy (on the CPU both are no-ops).
+// in one device-to-host copy: the group's predictions in one copy together (on a GPU each copy
+// waits for the device), features into each tenant's memory, RL acting's per member.
 // Accounting: the pass's backbone time is charged to the members by their share of samples;
 // each head's time to its own tenant.
 //
@@ -36,7 +37,12 @@ class GroupExecutor {
  private:
   void pass(std::span<Bound> bound, metrics::Service service, std::map<std::string, double>& charged);
   bool forward(std::span<Bound> bound, VLAFeature& features, std::string& error);
-  void run_head(Bound& b, const VLAFeature& f);
+  struct PendingPrediction {
+    Bound* bound;
+    torch::Tensor actions;  // on the device, [n, chunk, action_dim]
+  };
+  void run_head(Bound& b, const VLAFeature& f, std::vector<PendingPrediction>& predictions);
+  void answer_predictions(std::vector<PendingPrediction>& predictions);
 
   torch::Tensor on_device(const torch::Tensor& t) const { return t.defined() ? t.to(device_) : t; }
 

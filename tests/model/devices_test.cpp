@@ -186,7 +186,7 @@ class HostReads {
 
 }  // namespace
 
-TEST_CASE("devices: a step reads nothing back to the host but its one result copy; predict reads nothing",
+TEST_CASE("devices: a step reads nothing back to the host but its one result copy, and predict reads nothing",
           "[model][devices]") {
   const auto f = random_features(8, 32);
   const auto target = torch::zeros({8, 2, 2});
