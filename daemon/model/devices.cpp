@@ -5,6 +5,11 @@
 #include <stdexcept>
 
 namespace nexus::model {
+namespace {
+
+std::size_t visible_cuda_devices() { return torch::cuda::is_available() ? torch::cuda::device_count() : 0; }
+
+}  // namespace
 
 torch::Device parse_device(const std::string& name) {
   std::optional<torch::Device> d;
@@ -15,7 +20,7 @@ torch::Device parse_device(const std::string& name) {
   if (!d || !(d->is_cpu() || d->is_cuda()))
     throw std::runtime_error("model.devices: \"" + name + "\" is not a device (\"cpu\" or \"cuda:N\")");
   if (d->is_cpu()) return torch::kCPU;  // "cpu:0" and "cpu" are one CPU
-  const auto visible = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  const auto visible = visible_cuda_devices();
   if (!d->has_index()) d->set_index(0);
   if (d->index() >= static_cast<c10::DeviceIndex>(visible))
     throw std::runtime_error("model.devices: \"" + name + "\": " + std::to_string(visible) +
@@ -29,7 +34,7 @@ std::vector<torch::Device> resolve_devices(const std::vector<std::string>& names
   std::vector<torch::Device> out;
   for (const auto& n : names) out.push_back(parse_device(n));
   if (!out.empty()) return out;
-  const auto visible = torch::cuda::is_available() ? torch::cuda::device_count() : 0;
+  const auto visible = visible_cuda_devices();
   for (std::size_t i = 0; i < visible; ++i) out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
   if (out.empty()) out.emplace_back(torch::kCPU);
   return out;

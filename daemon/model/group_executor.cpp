@@ -164,7 +164,8 @@ void GroupExecutor::run_head(Bound& b, const VLAFeature& f, std::vector<PendingP
     try {
       auto a = slot.act(f, on_device(b.state));
       // The RL job works on the host: its features, actions and log-probabilities come back.
-      act.done.set_value({host_copy(f.pooled), host_copy(a.actions), host_copy(a.log_prob), a.version});
+      // pooled is a view of the group's batch: host_copy clones it even on the CPU.
+      act.done.set_value({host_copy(f.pooled), a.actions.to(torch::kCPU), a.log_prob.to(torch::kCPU), a.version});
     } catch (const std::exception& e) {
       fail(*b.work, Fault::Internal, e.what());
     }

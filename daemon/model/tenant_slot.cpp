@@ -174,17 +174,20 @@ torch::Tensor from_safetensor(const SafeTensor& st, const std::vector<std::int64
   return torch::from_blob(const_cast<std::uint8_t*>(st.data.data()), shape, type).clone();
 }
 
+// FNV-1a over a tensor's bytes, continuing from `h` (start: kFnvBasis). Copies to the host: it
+// serves the digest (a diagnostic) and the reseed at load, never a step.
+constexpr std::uint64_t kFnvBasis = 14695981039346656037ull;
+std::uint64_t fnv(std::uint64_t h, const torch::Tensor& t) {
+  const auto c = t.detach().to(torch::kCPU).contiguous();
+  const auto* p = static_cast<const std::uint8_t*>(c.data_ptr());
+  for (std::size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 }  // namespace
 
 TenantSlot::Digest TenantSlot::digest() const {
-  auto fnv = [](std::uint64_t h, const torch::Tensor& t) {
-    const auto c = t.detach().to(torch::kCPU).contiguous();  // a diagnostic: its copy is allowed
-    const auto* p = static_cast<const std::uint8_t*>(c.data_ptr());
-    for (std::size_t i = 0; i < c.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-  };
-  constexpr std::uint64_t kBasis = 14695981039346656037ull;
-  Digest d{kBasis, kBasis, steps_};
+  Digest d{kFnvBasis, kFnvBasis, steps_};
   auto& state = optimizer_->state();
   for (const auto& item : head_->named_parameters()) {
     d.parameters = fnv(d.parameters, item.value());
@@ -283,10 +286,7 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
     if (manifest.value("rng_device", "cpu") == (device.is_cuda() ? "cuda" : "cpu")) {
       slot->rng_.set_state(rng_state);
     } else {  // another kind of generator's state: reseed from it (see header)
-      std::uint64_t seed = 14695981039346656037ull;
-      const auto* b = rng_state.data_ptr<std::uint8_t>();
-      for (std::int64_t i = 0; i < rng_state.numel(); ++i) seed = (seed ^ b[i]) * 1099511628211ull;
-      slot->rng_ = seeded_generator(device, seed);
+      slot->rng_ = seeded_generator(device, fnv(kFnvBasis, rng_state));
     }
     slot->steps_ = manifest.at("steps");
     // Published versions (checkpoints from before they were saved have none).
