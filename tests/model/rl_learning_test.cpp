@@ -123,6 +123,8 @@ constexpr int kEvalEpisodes = 100;
 // and over its own success when told to reach another ball. Bounds: docs/design/learning-margins.md.
 constexpr double kOverNearest = 0.0;
 constexpr double kInstructionUse = 0.25;
+constexpr double kGrpoReturnGain = 1.0;    // GRPO's greedy mean return over the starting policy's
+constexpr double kGrpoSuccessGain = 0.08;  // and its greedy success
 std::uint64_t eval_seed0() { return 70000 + 1000 * test::test_seed(); }
 std::vector<std::uint64_t> eval_seeds() {
   std::vector<std::uint64_t> seeds;
@@ -224,9 +226,16 @@ TEST_CASE("PPO keeps every truncated episode's true last observation for its val
   CHECK(p.truncations_kept == p.truncated_episodes);
 }
 
-TEST_CASE("GRPO raises the greedy mean return on reach over the starting policy", "[model][rl][learning]") {
-  // GRPO's credit is per episode (no value head), so it learns slower than PPO here: the check is
-  // on the greedy mean return, the quantity its advantages rank.
-  const auto run = run_rl("grpo", 40, 32, 4);
-  CHECK(test::figure_holds("grpo_reach.return_gain", run.after.mean_return - run.before.mean_return, ">=", 0.3));
+TEST_CASE("GRPO raises greedy success and the mean return on reach over the starting policy",
+          "[model][rl][learning]") {
+  // GRPO's credit is per episode (no value head: every step of an episode carries its return's
+  // rank in its group), so it needs far more experience than PPO: at 40 updates of 32 sessions
+  // (50 k steps) its return rose but greedy success stayed at 0.01-0.13 over 5 seeds; 160 updates
+  // (200 k steps; PPO's check takes 30 k) raise it.
+  // Bounds: docs/design/learning-margins.md.
+  const auto run = run_rl("grpo", 160, 32, 4);
+  CHECK(test::figure_holds("grpo_reach.return_gain", run.after.mean_return - run.before.mean_return, ">=",
+                           kGrpoReturnGain));
+  CHECK(test::figure_holds("grpo_reach.success_gain", run.after.success - run.before.success, ">=", kGrpoSuccessGain,
+                           kEvalEpisodes));
 }
