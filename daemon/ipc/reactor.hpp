@@ -107,7 +107,8 @@ class Reactor {
   void push_reply(TenantSession& s, std::span<const std::uint8_t> reply);
   void push_large_reply(TenantSession& s, std::span<const std::uint8_t> reply);
   void flush_pending(TenantSession& s);
-  // Reads what the tenant's socket holds, keeping the descriptors it carries; false at EOF.
+  // Reads what the tenant's socket holds (up to kReadsPerEvent reads), keeping the descriptors
+  // it carries; false at EOF.
   bool collect_offered_fds(TenantSession& s);
   void submit_service_request(TenantSession& s, std::uint64_t request_id, wire::Body type,
                               std::span<const std::uint8_t> message, int fd = -1);

@@ -199,8 +199,11 @@ void Reactor::flush_pending(TenantSession& s) {
 }
 
 bool Reactor::collect_offered_fds(TenantSession& s) {
-  for (;;) {
-    char bytes[256];
+  // Bounded: a tenant streaming bytes faster than we discard them would otherwise hold the
+  // reactor in this loop (it never sees EAGAIN) and stall every other tenant. What is left
+  // keeps the socket readable, so it is read at the next turn.
+  for (int reads = 0; reads < kReadsPerEvent; ++reads) {
+    char bytes[4096];
     iovec iov{bytes, sizeof bytes};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
     msghdr msg{};
@@ -224,6 +227,7 @@ bool Reactor::collect_offered_fds(TenantSession& s) {
       }
     }
   }
+  return true;
 }
 
 void Reactor::submit_service_request(TenantSession& s, std::uint64_t request_id, wire::Body type,

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -34,7 +36,38 @@ TempDir::~TempDir() {
   std::filesystem::remove_all(path, ec);
 }
 
+namespace {
+
+// Children spawned and not yet reaped. A test that fails between spawn() and its wait leaves its
+// children running, and one that inherited the test's stdout keeps CTest waiting on the pipe
+// until the test's timeout: a one-line failure would read as a 300 s hang. So whatever is still
+// here when the test binary exits is killed. An unreaped child (even a zombie) keeps its pid, so
+// the kill cannot reach an unrelated process.
+struct Unreaped {
+  std::mutex mutex;
+  std::set<pid_t> pids;
+  ~Unreaped() {
+    for (pid_t pid : pids) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+Unreaped& unreaped() {
+  static Unreaped children;
+  return children;
+}
+
+void forget(pid_t pid) {
+  std::lock_guard lock(unreaped().mutex);
+  unreaped().pids.erase(pid);
+}
+
+}  // namespace
+
 pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
+  Unreaped& children = unreaped();  // constructed before the first child, so destroyed after it
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -65,6 +98,8 @@ pid_t spawn(const std::vector<std::string>& argv, const SpawnOptions& o) {
     ::execv(args[0], args.data());
     ::_exit(127);
   }
+  std::lock_guard lock(children.mutex);
+  children.pids.insert(pid);
   return pid;
 }
 
@@ -73,8 +108,14 @@ std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds timeout) {
   for (;;) {
     int status = 0;
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    if (r < 0) return -1;
+    if (r == pid) {
+      forget(pid);
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (r < 0) {
+      forget(pid);
+      return -1;
+    }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
