@@ -13,8 +13,10 @@
 namespace nexus::schema {
 
 // The external-environment protocol this build speaks (nexus.fbs): 2 added request ids, the
-// protocol handshake and truncated. Version 1 peers (no ids) are refused at open.
-inline constexpr std::uint32_t kExtProtocol = 2;
+// protocol handshake and truncated; 3 vectorised it (several sessions per connection, a reset or
+// step names its sessions, one ExtObservations answers). Peers of another version are refused
+// at open.
+inline constexpr std::uint32_t kExtProtocol = 3;
 
 // Finishes `fbb` as an ExtMessage around `body`, numbered `id` (a reply: its request's id), and
 // sends it. False if the peer is gone.

@@ -44,4 +44,11 @@ std::unique_ptr<EnvSession> make_builtin_session(const std::string& task, int im
   }
 }
 
+std::vector<std::unique_ptr<EnvSession>> make_builtin_sessions(const std::string& task, int image_size, int max_steps,
+                                                               int count) {
+  std::vector<std::unique_ptr<EnvSession>> sessions;
+  for (int i = 0; i < count; ++i) sessions.push_back(make_builtin_session(task, image_size, max_steps));
+  return sessions;
+}
+
 }  // namespace nexus::env

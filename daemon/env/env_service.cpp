@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "daemon/env/builtin_session.hpp"
 
@@ -19,7 +20,7 @@ struct EnvService::Session {
 EnvService::EnvService(EnvLimits limits, SessionFactory factory, metrics::Accounting* accounting,
                        daemon::HealthManager* health, bool inject_worker_throw)
     : limits_(limits),
-      factory_(factory ? std::move(factory) : SessionFactory(make_builtin_session)),
+      factory_(factory ? std::move(factory) : SessionFactory(make_builtin_sessions)),
       accounting_(accounting),
       pool_(std::max(0, limits.workers), health, inject_worker_throw) {}
 
@@ -43,22 +44,24 @@ EnvService::Opened EnvService::open(const std::string& tenant, const std::string
                      "nexusd holds " + std::to_string(sessions_.size()) + " of its " + std::to_string(limits_.max_sessions) +
                          " sessions; try fewer, or later");
   }
-  // Built outside the lock: loading a model and its renderer takes milliseconds.
-  std::vector<std::shared_ptr<Session>> made(static_cast<std::size_t>(count));
-  std::vector<std::string> errors(made.size());
-  pool_.parallel_for(made.size(), [&](std::size_t i) {
-    try {
-      auto s = std::make_shared<Session>();
-      s->tenant = tenant;
-      s->task = task;
-      s->env = factory_(task, image_size, max_steps);
-      made[i] = std::move(s);
-    } catch (const std::exception& e) {
-      errors[i] = e.what();
-    }
-  });
-  for (const auto& e : errors)
-    if (!e.empty()) throw EnvError(EnvError::Kind::BadRequest, "cannot open '" + task + "': " + e);
+  // Built outside the lock: loading a model and its renderer, or a simulator's connection, takes
+  // milliseconds.
+  std::vector<std::unique_ptr<EnvSession>> envs;
+  try {
+    envs = factory_(task, image_size, max_steps, count);
+  } catch (const std::exception& e) {
+    throw EnvError(EnvError::Kind::BadRequest, "cannot open '" + task + "': " + e.what());
+  }
+  if (envs.size() != static_cast<std::size_t>(count) || std::find(envs.begin(), envs.end(), nullptr) != envs.end())
+    throw EnvError(EnvError::Kind::BadRequest, "cannot open '" + task + "': the factory made the wrong sessions");
+  std::vector<std::shared_ptr<Session>> made;
+  for (auto& env : envs) {
+    auto s = std::make_shared<Session>();
+    s->tenant = tenant;
+    s->task = task;
+    s->env = std::move(env);
+    made.push_back(std::move(s));
+  }
   Opened out;
   out.spec = made.front()->env->spec();
   std::lock_guard lk(mu_);
@@ -113,6 +116,50 @@ std::vector<SessionResult> EnvService::step(const std::string& tenant, std::span
   return run(tenant, ids, {}, actions, images, state);
 }
 
+// One reset or step call: what every session's work reads, and where it writes.
+struct EnvService::Call {
+  std::span<const std::uint64_t> ids, seeds;
+  std::span<const float> actions;
+  const std::vector<std::shared_ptr<Session>>& sessions;
+  SessionSpec spec;
+  std::uint8_t* images;
+  float* state;
+  std::vector<SessionResult>& results;
+
+  bool resetting() const { return !seeds.empty(); }
+  std::size_t image_bytes() const { return static_cast<std::size_t>(spec.image_size) * spec.image_size * 3; }
+  std::span<const float> action(std::size_t i) const {
+    const auto adim = static_cast<std::size_t>(spec.action_dim);
+    return actions.subspan(i * adim, adim);
+  }
+  // Whether session i may run (not failed before; reset before a step); if not, says why.
+  bool may_run(std::size_t i) const {
+    Session& s = *sessions[i];
+    if (!s.failure.empty()) {
+      results[i].error = "session " + std::to_string(ids[i]) + " failed earlier (" + s.failure +
+                         "): close it and open a new one";
+      results[i].failed = true;
+      return false;
+    }
+    if (!resetting() && !s.started) {
+      results[i].error = "reset the session before stepping it";
+      return false;
+    }
+    return true;
+  }
+  void fail(std::size_t i, const std::string& why) const {
+    Session& s = *sessions[i];
+    s.failure = why;
+    results[i].error = "session " + std::to_string(ids[i]) + " (" + s.task + ") failed: " + why;
+    results[i].failed = true;
+  }
+  void observe(std::size_t i) const {
+    Session& s = *sessions[i];
+    s.env->observe(images + i * image_bytes(), state + i * static_cast<std::size_t>(spec.state_dim));
+    results[i].instruction = s.env->instruction();
+  }
+};
+
 std::vector<SessionResult> EnvService::run(const std::string& tenant, std::span<const std::uint64_t> ids,
                                            std::span<const std::uint64_t> seeds, std::span<const float> actions,
                                            std::uint8_t* images, float* state) {
@@ -126,36 +173,84 @@ std::vector<SessionResult> EnvService::run(const std::string& tenant, std::span<
     throw EnvError(EnvError::Kind::BadRequest, "actions must be [" + std::to_string(ids.size()) + ", " +
                                                    std::to_string(adim) + "], got " + std::to_string(actions.size()) +
                                                    " values");
-  const std::size_t image_bytes = static_cast<std::size_t>(spec.image_size) * spec.image_size * 3;
   std::vector<SessionResult> results(sessions.size());
-  pool_.parallel_for(sessions.size(), [&](std::size_t i) {
-    Session& s = *sessions[i];
-    SessionResult& r = results[i];
-    std::lock_guard lk(s.mu);
-    if (!s.failure.empty()) {
-      r.error = "session " + std::to_string(ids[i]) + " failed earlier (" + s.failure + "): close it and open a new one";
-      r.failed = true;
-      return;
+  const Call call{ids, seeds, actions, sessions, spec, images, state, results};
+  // Work items: a session on its own, or all of this call's sessions that share a batch (an
+  // external connection), which go to the simulator as one exchange.
+  std::vector<std::vector<std::size_t>> items;
+  std::map<SessionBatch*, std::size_t> item_of_batch;
+  for (std::size_t i = 0; i < sessions.size(); ++i) {
+    SessionBatch* b = sessions[i]->env->batch();
+    if (!b) {
+      items.push_back({i});
+      continue;
     }
+    auto [it, fresh] = item_of_batch.try_emplace(b, items.size());
+    if (fresh) items.emplace_back();
+    items[it->second].push_back(i);
+  }
+  pool_.parallel_for(items.size(), [&](std::size_t k) {
+    if (sessions[items[k].front()]->env->batch()) return run_batch(call, items[k]);
+    const std::size_t i = items[k].front();
+    Session& s = *sessions[i];
+    std::lock_guard lk(s.mu);
+    if (!call.may_run(i)) return;
     try {
       if (resetting) {
         s.env->reset(seeds[i]);
         s.started = true;
       } else {
-        if (!s.started) throw BadInput("reset the session before stepping it");
-        r.outcome = s.env->step(actions.subspan(i * adim, adim));
+        results[i].outcome = s.env->step(call.action(i));
       }
-      s.env->observe(images + i * image_bytes, state + i * static_cast<std::size_t>(spec.state_dim));
-      r.instruction = s.env->instruction();
+      call.observe(i);
     } catch (const BadInput& e) {
-      r.error = e.what();
+      results[i].error = e.what();
     } catch (const std::exception& e) {
-      s.failure = e.what();
-      r.error = "session " + std::to_string(ids[i]) + " (" + s.task + ") failed: " + s.failure;
-      r.failed = true;
+      call.fail(i, e.what());
     }
   });
   return results;
+}
+
+void EnvService::run_batch(const Call& call, const std::vector<std::size_t>& at) const {
+  // Another call may hold other sessions of the same batch: every call locks in one order
+  // (the sessions' addresses), so two never wait on each other.
+  std::vector<std::size_t> order = at;
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return call.sessions[a].get() < call.sessions[b].get(); });
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (auto i : order) locks.emplace_back(call.sessions[i]->mu);
+  std::vector<std::size_t> live;
+  std::vector<int> indices;
+  std::vector<std::uint64_t> seeds;
+  std::vector<float> actions;
+  for (auto i : at) {
+    if (!call.may_run(i)) continue;
+    live.push_back(i);
+    indices.push_back(call.sessions[i]->env->batch_index());
+    if (call.resetting()) seeds.push_back(call.seeds[i]);
+    else actions.insert(actions.end(), call.action(i).begin(), call.action(i).end());
+  }
+  if (live.empty()) return;
+  std::vector<SessionBatch::Member> out;
+  try {
+    out = call.sessions[live.front()]->env->batch()->run(indices, seeds, actions);
+    if (out.size() != live.size()) throw std::logic_error("the batch answered for the wrong number of sessions");
+  } catch (const std::exception& e) {
+    for (auto i : live) call.fail(i, e.what());
+    return;
+  }
+  for (std::size_t j = 0; j < live.size(); ++j) {
+    const auto i = live[j];
+    if (!out[j].broke.empty()) {
+      call.fail(i, out[j].broke);
+    } else if (!out[j].refused.empty()) {
+      call.results[i].error = out[j].refused;
+    } else {
+      call.results[i].outcome = out[j].outcome;
+      if (call.resetting()) call.sessions[i]->started = true;
+      call.observe(i);
+    }
+  }
 }
 
 std::size_t EnvService::close(const std::string& tenant, std::span<const std::uint64_t> ids) {

@@ -54,8 +54,10 @@ struct SessionResult {
   bool failed = false; // error is the session's fault: it is now failed for good
 };
 
-// Makes the session for a task name (built-in or external); throws BadInput for unknown names.
-using SessionFactory = std::function<std::unique_ptr<EnvSession>(const std::string& task, int image_size, int max_steps)>;
+// Makes the `count` sessions of one open of a task (built-in or external); throws BadInput for
+// unknown names. Sessions made together may share a SessionBatch (one external connection).
+using SessionFactory = std::function<std::vector<std::unique_ptr<EnvSession>>(const std::string& task, int image_size,
+                                                                              int max_steps, int count)>;
 
 class EnvService {
  public:
@@ -97,6 +99,9 @@ class EnvService {
   std::vector<SessionResult> run(const std::string& tenant, std::span<const std::uint64_t> ids,
                                  std::span<const std::uint64_t> seeds, std::span<const float> actions,
                                  std::uint8_t* images, float* state);
+  // The members of one call that share a batch (`at`: their places in the call), in one exchange.
+  struct Call;
+  void run_batch(const Call& call, const std::vector<std::size_t>& at) const;
 
   const EnvLimits limits_;
   SessionFactory factory_;

@@ -1,11 +1,12 @@
 // One simulator episode stream owned by one tenant: built in (a MuJoCo task in this process) or
-// external (a simulator in its own process, see external_env.hpp). The Environment Service
+// external (a simulator in its own process, see external_session.hpp). The Environment Service
 // drives sessions; each is used by one thread at a time.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace nexus::env {
 
@@ -31,9 +32,30 @@ struct BadInput : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Sessions one simulator serves together (an external simulator's connection, protocol 3): the
+// Environment Service hands the sessions of a call that share a batch to it as one exchange.
+class SessionBatch {
+ public:
+  virtual ~SessionBatch() = default;
+  struct Member {         // one named session's part of an exchange
+    StepOutcome outcome;
+    std::string refused;  // set: the caller's mistake (BadInput); the session is fine
+    std::string broke;    // set: the simulator says this session broke
+  };
+  // Resets (seeds: one per member) or steps (actions: action_dim per member, row-major) the
+  // members at `indices` (their places in the batch) together; each member's observation is
+  // then read through its session's observe(). Throws when the exchange itself fails (the
+  // simulator is gone, hung or out of step): then every member failed.
+  virtual std::vector<Member> run(std::span<const int> indices, std::span<const std::uint64_t> seeds,
+                                  std::span<const float> actions) = 0;
+};
+
 class EnvSession {
  public:
   virtual ~EnvSession() = default;
+  // The batch this session is served in, and its place there; nullptr: stepped on its own.
+  virtual SessionBatch* batch() { return nullptr; }
+  virtual int batch_index() const { return 0; }
   virtual const SessionSpec& spec() const = 0;
   virtual void reset(std::uint64_t seed) = 0;
   virtual StepOutcome step(std::span<const float> action) = 0;

@@ -4,8 +4,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <optional>
 
 #include "daemon/env/builtin_session.hpp"
@@ -29,13 +31,17 @@ int connect_to(const std::string& path) {
   return fd;
 }
 
-class ExternalSession final : public EnvSession {
+// One connection to a simulator process, serving `count` sessions (protocol 3). Exchanges are
+// one at a time (mu_); once the connection is out of step, gone or hung, it stays broken and
+// every later exchange fails with the reason.
+class SimulatorConnection final : public SessionBatch {
  public:
-  ExternalSession(std::string path, const std::string& task, int image_size, int max_steps,
-                  const ExternalTimeouts& timeouts)
+  SimulatorConnection(std::string path, const std::string& task, int image_size, int max_steps, int count,
+                      const ExternalTimeouts& timeouts)
       : path_(std::move(path)), timeout_(timeouts.step), fd_(connect_to(path_)) {
     flatbuffers::FlatBufferBuilder fbb(128);
-    const auto open = wire::CreateExtOpen(fbb, fbb.CreateString(task), image_size, max_steps, schema::kExtProtocol);
+    const auto open =
+        wire::CreateExtOpen(fbb, fbb.CreateString(task), image_size, max_steps, schema::kExtProtocol, count);
     if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtOpen, open.Union(), ++sent_)) gone("the connection closed");
     const auto* m = receive(timeouts.open);
     if (m->body_type() != wire::ExtBody::ExtSpec) gone("it answered ExtOpen with something other than ExtSpec");
@@ -49,34 +55,65 @@ class ExternalSession final : public EnvSession {
         spec_.action_dim > 64 || spec_.max_steps < 1)
       gone("its spec is out of range (image_size must be " + std::to_string(image_size) +
            ", state_dim 0..1024, action_dim 1..64, max_steps >= 1)");
-    image_.assign(static_cast<std::size_t>(image_size) * image_size * 3, 0);
-    state_.assign(static_cast<std::size_t>(spec_.state_dim), 0.f);
+    members_.resize(static_cast<std::size_t>(count));
+    for (auto& o : members_) {
+      o.image.assign(static_cast<std::size_t>(image_size) * image_size * 3, 0);
+      o.state.assign(static_cast<std::size_t>(spec_.state_dim), 0.f);
+    }
   }
-  ~ExternalSession() override { ::close(fd_); }
+  ~SimulatorConnection() override { ::close(fd_); }
 
-  const SessionSpec& spec() const override { return spec_; }
-  void reset(std::uint64_t seed) override {
-    flatbuffers::FlatBufferBuilder fbb(64);
-    if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtReset, wire::CreateExtReset(fbb, seed).Union(), ++sent_))
-      gone("the connection closed");
-    take(receive());
+  const SessionSpec& spec() const { return spec_; }
+
+  std::vector<Member> run(std::span<const int> indices, std::span<const std::uint64_t> seeds,
+                          std::span<const float> actions) override {
+    std::lock_guard lk(mu_);
+    if (!broken_.empty()) throw std::runtime_error(broken_);
+    try {
+      std::vector<std::uint32_t> named(indices.begin(), indices.end());
+      flatbuffers::FlatBufferBuilder fbb(256 + actions.size() * sizeof(float));
+      const auto sessions = fbb.CreateVector(named);
+      const bool ok =
+          seeds.empty()
+              ? schema::send_ext(fd_, fbb, wire::ExtBody::ExtStep,
+                                 wire::CreateExtStep(fbb, sessions, fbb.CreateVector(actions.data(), actions.size())).Union(),
+                                 ++sent_)
+              : schema::send_ext(fd_, fbb, wire::ExtBody::ExtReset,
+                                 wire::CreateExtReset(fbb, sessions, fbb.CreateVector(seeds.data(), seeds.size())).Union(),
+                                 ++sent_);
+      if (!ok) gone("the connection closed");
+      const auto* m = receive();
+      if (m->body_type() != wire::ExtBody::ExtObservations) gone("expected ExtObservations");
+      const auto* list = m->body_as_ExtObservations()->observations();
+      if (!list || list->size() != indices.size())
+        gone("it answered for " + std::to_string(list ? list->size() : 0) + " sessions, not the " +
+             std::to_string(indices.size()) + " named");
+      std::vector<Member> out(indices.size());
+      for (std::size_t j = 0; j < indices.size(); ++j)
+        out[j] = take(list->Get(static_cast<flatbuffers::uoffset_t>(j)), members_[static_cast<std::size_t>(indices[j])]);
+      return out;
+    } catch (const std::runtime_error& e) {
+      broken_ = e.what();
+      throw;
+    }
   }
-  StepOutcome step(std::span<const float> action) override {
-    if (action.size() != static_cast<std::size_t>(spec_.action_dim))
-      throw BadInput("actions must have " + std::to_string(spec_.action_dim) + " values");
-    flatbuffers::FlatBufferBuilder fbb(128);
-    if (!schema::send_ext(fd_, fbb, wire::ExtBody::ExtStep,
-                          wire::CreateExtStep(fbb, fbb.CreateVector(action.data(), action.size())).Union(), ++sent_))
-      gone("the connection closed");
-    return take(receive());
+
+  // Reads member `index`'s last observation. The caller holds that session's lock, so no
+  // exchange that names it runs meanwhile (others write other members only).
+  void observe(int index, std::uint8_t* rgb, float* state) const {
+    const auto& o = members_[static_cast<std::size_t>(index)];
+    std::memcpy(rgb, o.image.data(), o.image.size());
+    std::copy(o.state.begin(), o.state.end(), state);
   }
-  void observe(std::uint8_t* rgb, float* state) override {
-    std::memcpy(rgb, image_.data(), image_.size());
-    std::copy(state_.begin(), state_.end(), state);
-  }
-  std::string instruction() const override { return instruction_; }
+  std::string instruction(int index) const { return members_[static_cast<std::size_t>(index)].instruction; }
 
  private:
+  struct Observed {
+    std::vector<std::uint8_t> image;
+    std::vector<float> state;
+    std::string instruction;
+  };
+
   [[noreturn]] void gone(const std::string& why) const {
     throw std::runtime_error("external environment at " + path_ + ": " + why);
   }
@@ -84,59 +121,96 @@ class ExternalSession final : public EnvSession {
     std::string why;
     const auto* m = schema::recv_ext(fd_, timeout.value_or(timeout_), buffer_, why);
     if (!m) gone(why);
-    // A reply to an earlier request (one that timed out) or an extra frame: the session is out of
-    // step and stays broken, rather than every later reply answering the wrong request.
+    // A reply to an earlier request (one that timed out) or an extra frame: the connection is out
+    // of step and stays broken, rather than every later reply answering the wrong request.
     if (m->id() != sent_)
       gone("it answered request " + std::to_string(m->id()) + " when request " + std::to_string(sent_) +
            " was asked (a late or extra reply)");
     return m;
   }
-  // Checks an observation against the spec and keeps it; the outcome, or the typed refusal.
-  StepOutcome take(const wire::ExtMessage* m) {
-    if (m->body_type() != wire::ExtBody::ExtObservation) gone("expected an ExtObservation");
-    const auto* o = m->body_as_ExtObservation();
+  // Checks one session's observation against the spec and keeps it: its outcome, or why not.
+  Member take(const wire::ExtObservation* o, Observed& keep) const {
+    Member r;
     if (o->error() && o->error()->size() > 0) {
-      if (o->bad_input()) throw BadInput(o->error()->str());
-      gone(o->error()->str());
+      (o->bad_input() ? r.refused : r.broke) = o->error()->str();
+      return r;
     }
-    if (!o->image() || o->image()->size() != image_.size())
+    if (!o->image() || o->image()->size() != keep.image.size())
       gone("an image of " + std::to_string(o->image() ? o->image()->size() : 0) + " bytes, not " +
-           std::to_string(image_.size()));
-    if (!o->state() || o->state()->size() != state_.size()) gone("a state of the wrong size");
+           std::to_string(keep.image.size()));
+    if (!o->state() || o->state()->size() != keep.state.size()) gone("a state of the wrong size");
     for (float v : *o->state())
       if (!std::isfinite(v)) gone("a non-finite state");
     if (!std::isfinite(o->reward())) gone("a non-finite reward");
     if (o->truncated() && !o->done()) gone("an observation truncated but not done");
-    std::memcpy(image_.data(), o->image()->data(), image_.size());
-    std::copy(o->state()->begin(), o->state()->end(), state_.begin());
-    instruction_ = o->instruction() ? o->instruction()->str().substr(0, 1024) : "";
-    return {o->reward(), o->done(), o->success(), o->truncated()};
+    std::memcpy(keep.image.data(), o->image()->data(), keep.image.size());
+    std::copy(o->state()->begin(), o->state()->end(), keep.state.begin());
+    keep.instruction = o->instruction() ? o->instruction()->str().substr(0, 1024) : "";
+    r.outcome = {o->reward(), o->done(), o->success(), o->truncated()};
+    return r;
   }
 
   std::string path_;
   std::chrono::milliseconds timeout_;
   int fd_;
-  std::uint64_t sent_ = 0;  // the id of the last request: the one its reply must carry
+  std::mutex mu_;
+  std::uint64_t sent_ = 0;  // GUARDED_BY(mu_): the id of the last request, which its reply carries
+  std::string broken_;      // GUARDED_BY(mu_): set once the connection failed
   SessionSpec spec_;
-  std::vector<std::uint8_t> buffer_, image_;
-  std::vector<float> state_;
-  std::string instruction_;
+  std::vector<std::uint8_t> buffer_;  // GUARDED_BY(mu_)
+  std::vector<Observed> members_;     // one per session; see observe()
+};
+
+// One of a connection's sessions. The connection closes with the last of them.
+class ExternalSession final : public EnvSession {
+ public:
+  ExternalSession(std::shared_ptr<SimulatorConnection> connection, int index)
+      : connection_(std::move(connection)), index_(index) {}
+
+  const SessionSpec& spec() const override { return connection_->spec(); }
+  SessionBatch* batch() override { return connection_.get(); }
+  int batch_index() const override { return index_; }
+  void reset(std::uint64_t seed) override { alone({&seed, 1}, {}); }
+  StepOutcome step(std::span<const float> action) override {
+    if (action.size() != static_cast<std::size_t>(spec().action_dim))
+      throw BadInput("actions must have " + std::to_string(spec().action_dim) + " values");
+    return alone({}, action);
+  }
+  void observe(std::uint8_t* rgb, float* state) override { connection_->observe(index_, rgb, state); }
+  std::string instruction() const override { return connection_->instruction(index_); }
+
+ private:
+  // This session's exchange on its own (the Environment Service batches through batch()).
+  StepOutcome alone(std::span<const std::uint64_t> seed, std::span<const float> action) {
+    const int index = index_;
+    const auto r = connection_->run({&index, 1}, seed, action).front();
+    if (!r.refused.empty()) throw BadInput(r.refused);
+    if (!r.broke.empty()) throw std::runtime_error(r.broke);
+    return r.outcome;
+  }
+
+  std::shared_ptr<SimulatorConnection> connection_;
+  int index_;
 };
 
 }  // namespace
 
-std::unique_ptr<EnvSession> open_external(const std::string& socket_path, const std::string& task, int image_size,
-                                          int max_steps, const ExternalTimeouts& timeout) {
-  return std::make_unique<ExternalSession>(socket_path, task, image_size, max_steps, timeout);
+std::vector<std::unique_ptr<EnvSession>> open_external(const std::string& socket_path, const std::string& task,
+                                                       int image_size, int max_steps, int count,
+                                                       const ExternalTimeouts& timeouts) {
+  auto connection = std::make_shared<SimulatorConnection>(socket_path, task, image_size, max_steps, count, timeouts);
+  std::vector<std::unique_ptr<EnvSession>> sessions;
+  for (int i = 0; i < count; ++i) sessions.push_back(std::make_unique<ExternalSession>(connection, i));
+  return sessions;
 }
 
-SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeout) {
-  return [external = std::move(external), timeout](const std::string& task, int image_size, int max_steps) {
+SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeouts) {
+  return [external = std::move(external), timeouts](const std::string& task, int image_size, int max_steps, int count) {
     const auto colon = task.find(':');
-    if (colon == std::string::npos) return make_builtin_session(task, image_size, max_steps);
+    if (colon == std::string::npos) return make_builtin_sessions(task, image_size, max_steps, count);
     auto it = external.find(task.substr(0, colon));
     if (it == external.end()) throw BadInput("no external environment named '" + task.substr(0, colon) + "'");
-    return open_external(it->second, task.substr(colon + 1), image_size, max_steps, timeout);
+    return open_external(it->second, task.substr(colon + 1), image_size, max_steps, count, timeouts);
   };
 }
 

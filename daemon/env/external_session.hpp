@@ -1,7 +1,9 @@
-// A session served by a simulator in its own process (an external environment), over the
-// protocol in nexus.fbs (ExtMessage): one Unix-socket connection per session. Everything the
-// process sends is checked (sizes against the spec it declared, finite numbers); a process that
-// dies, hangs past the timeout, or sends garbage fails the session with the reason.
+// Sessions served by a simulator in its own process (an external environment), over the protocol
+// in nexus.fbs (ExtMessage, protocol 3): one Unix-socket connection per open, serving all of its
+// sessions, which the Environment Service resets and steps together (one exchange per call).
+// Everything the process sends is checked (sizes against the spec it declared, finite numbers);
+// a process that dies, hangs past the timeout, or sends garbage fails the connection's sessions
+// with the reason; one it says broke, or a bad action, concerns that session alone.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -13,16 +15,19 @@ namespace nexus::env {
 
 // How long nexusd waits for a simulator process ([env] external_open_timeout_ms and
 // external_step_timeout_ms): to answer an open, and then each reset or step. A session whose
-// process misses the deadline fails (its tenant's other sessions and other tenants go on).
+// process misses the deadline fails, with the other sessions of its connection (its tenant's
+// other sessions and other tenants go on). The step deadline is per exchange (all of a call's
+// sessions on that connection).
 struct ExternalTimeouts {
   std::chrono::milliseconds open{10000};
   std::chrono::milliseconds step{10000};
 };
 
-// Connects and opens `task`; throws BadInput if the process refuses the task, std::runtime_error
-// if it cannot be reached.
-std::unique_ptr<EnvSession> open_external(const std::string& socket_path, const std::string& task, int image_size,
-                                          int max_steps, const ExternalTimeouts& timeouts);
+// Connects and opens `count` sessions of `task` on the one connection; throws BadInput if the
+// process refuses the task, std::runtime_error if it cannot be reached or answers out of protocol.
+std::vector<std::unique_ptr<EnvSession>> open_external(const std::string& socket_path, const std::string& task,
+                                                       int image_size, int max_steps, int count,
+                                                       const ExternalTimeouts& timeouts);
 
 // Sessions for "<name>:<task>" from the named external environments, built-in tasks otherwise.
 SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeouts);

@@ -15,10 +15,12 @@ come from observation_space["image"|"state"] and action_space when they exist (g
 spaces), else from the attributes image_size, state_dim, action_dim; the episode limit from
 max_steps (else env.spec.max_episode_steps, else the one nexusd asked for).
 
-The protocol (nexus.fbs, ExtMessage; version 2) is framed and verified by the C++ extension, the
-same code nexusd uses, which also echoes each request's id in its reply. An episode that reaches
-its limit without the env terminating it is sent as truncated (RL jobs bootstrap its value);
-terminated episodes as done alone (docs/design/env-rl.md).
+The protocol (nexus.fbs, ExtMessage; version 3) is framed and verified by the C++ extension, the
+same code nexusd uses, which also echoes each request's id in its reply. It is vectorised: an
+open of N sessions (a tenant's env_open of N, an RL job's sessions) is one connection, served by
+one thread with N envs from make_env, and a reset or step of any of them is one exchange. An
+episode that reaches its limit without the env terminating it is sent as truncated (RL jobs
+bootstrap its value); terminated episodes as done alone (docs/design/env-rl.md).
 """
 from __future__ import annotations
 
@@ -52,11 +54,19 @@ def _dims(env: Any, image_size: int, max_steps: int) -> tuple[int, int, int, int
     return size, state_dim, action_dim, int(limit)
 
 
-class _Session:
-    """One connection: ExtOpen -> ExtSpec, then resets and steps, until nexusd closes it."""
+class _Episode:
+    """One session's env and where its episode is."""
 
-    def __init__(self, conn: socket.socket, make_env: MakeEnv, counter: "_Counter") -> None:
-        self.conn, self.make_env, self.counter = conn, make_env, counter
+    def __init__(self, env: Any) -> None:
+        self.env, self.done, self.steps = env, True, 0
+
+
+class _Connection:
+    """One connection: ExtOpen -> ExtSpec, then resets and steps of its sessions, until nexusd
+    closes it. Requests name sessions by index; a reply has one observation per named session."""
+
+    def __init__(self, conn: socket.socket, make_env: MakeEnv, counter: "_Counter", exchanges: "_Counter") -> None:
+        self.conn, self.make_env, self.counter, self.exchanges = conn, make_env, counter, exchanges
         self.ext = ExtConnection(conn.fileno())
 
     def run(self) -> None:
@@ -69,60 +79,78 @@ class _Session:
         kind, *args = self.ext.recv(30.0)
         if kind != "open":
             return
-        task, image_size, max_steps = args
+        task, image_size, max_steps, count = args
         try:
-            env = self.make_env(task, image_size, max_steps)
-            size, state_dim, action_dim, limit = _dims(env, image_size, max_steps)
+            if not 1 <= count <= 1024:
+                raise ValueError(f"sessions must be 1..1024, not {count}")
+            episodes = [_Episode(self.make_env(task, image_size, max_steps)) for _ in range(count)]
+            size, state_dim, action_dim, limit = _dims(episodes[0].env, image_size, max_steps)
         except Exception as e:  # the task cannot be opened: say why, then close
             self.ext.send_spec(0, 0, 0, 0, f"{type(e).__name__}: {e}" or "cannot open")
             return
         if not self.ext.send_spec(size, state_dim, action_dim, limit):
             return
-        done, steps = True, 0
         while True:
             kind, *args = self.ext.recv(24 * 3600.0)
-            if kind == "closed":
-                break
+            if kind not in ("reset", "step"):
+                break  # closed, or out of protocol
+            named = args[0]
+            if not named or len(set(named)) != len(named) or max(named) >= count:
+                break  # nexusd names only sessions it opened, each once
             if kind == "reset":
-                obs, info = env.reset(seed=int(args[0]))
-                done, steps = False, 0
-                ok = self._send(env, obs, info, 0.0, False)
-            elif kind == "step":
-                action = args[0]
-                refusal = self._check(action, action_dim, done)
-                if refusal:
-                    ok = self.ext.send_observation(0.0, done, False, None, None, "", refusal, True)
-                    continue
-                try:
-                    obs, reward, terminated, truncated, info = env.step(action)
-                except Exception as e:  # the simulator broke: the session fails, nexusd is told
-                    ok = self.ext.send_observation(0.0, True, False, None, None, "", f"{type(e).__name__}: {e}")
+                seeds = args[1]
+                if len(seeds) != len(named):
                     break
-                steps += 1
-                self.counter.add()
-                done = bool(terminated or truncated or steps >= limit)
-                ok = self._send(env, obs, info, float(reward), done, done and not terminated)
+                replies = [self._reset(episodes[i], seed) for i, seed in zip(named, seeds)]
             else:
-                break
-            if not ok:
+                actions = args[1]
+                if actions.size != len(named) * action_dim:
+                    replies = [_refusal(f"actions must be {action_dim} per session") for _ in named]
+                else:
+                    rows = actions.reshape(len(named), action_dim)
+                    replies = [self._step(episodes[i], row, action_dim, limit) for i, row in zip(named, rows)]
+            self.exchanges.add()
+            if not self.ext.send_observations(replies):
                 break
 
-    @staticmethod
-    def _check(action: np.ndarray, action_dim: int, done: bool) -> str:
-        if done:
-            return "step after the episode ended: reset first"
-        if action.shape != (action_dim,):
-            return f"an action has {action_dim} numbers, not {action.size}"
+    def _reset(self, ep: _Episode, seed: int) -> tuple:
+        try:
+            obs, info = ep.env.reset(seed=int(seed))
+        except Exception as e:  # the simulator broke: this session fails, nexusd is told
+            return _broken(e)
+        ep.done, ep.steps = False, 0
+        return _observation(ep.env, obs, info, 0.0, False)
+
+    def _step(self, ep: _Episode, action: np.ndarray, action_dim: int, limit: int) -> tuple:
+        if ep.done:
+            return _refusal("step after the episode ended: reset first")
         if not all(math.isfinite(float(a)) for a in action):
-            return "an action must be finite"
-        return ""
+            return _refusal("an action must be finite")
+        try:
+            obs, reward, terminated, truncated, info = ep.env.step(action.copy())
+        except Exception as e:
+            ep.done = True
+            return _broken(e)
+        ep.steps += 1
+        self.counter.add()
+        ep.done = bool(terminated or truncated or ep.steps >= limit)
+        return _observation(ep.env, obs, info, float(reward), ep.done, ep.done and not terminated)
 
-    def _send(self, env: Any, obs: dict, info: dict, reward: float, done: bool, truncated: bool = False) -> bool:
-        info = info or {}
-        instruction = info.get("instruction", getattr(env, "instruction", ""))
-        return self.ext.send_observation(reward, done, bool(info.get("success", False)), obs["image"],
-                                         np.asarray(obs["state"], dtype=np.float32).ravel(), str(instruction),
-                                         truncated=truncated)
+
+def _observation(env: Any, obs: dict, info: dict, reward: float, done: bool, truncated: bool = False) -> tuple:
+    info = info or {}
+    instruction = info.get("instruction", getattr(env, "instruction", ""))
+    state = np.asarray(obs["state"], dtype=np.float32).ravel()
+    return (reward, done, bool(info.get("success", False)), obs["image"], state, str(instruction), "", False,
+            truncated)
+
+
+def _refusal(why: str) -> tuple:  # the caller's mistake: the session is fine
+    return (0.0, False, False, None, None, "", why, True, False)
+
+
+def _broken(e: Exception) -> tuple:
+    return (0.0, True, False, None, None, "", f"{type(e).__name__}: {e}", False, False)
 
 
 class _Counter:
@@ -135,11 +163,13 @@ class _Counter:
 
 
 class Server:
-    """Listens on a Unix socket; one thread and one env per session nexusd opens."""
+    """Listens on a Unix socket; one thread per connection nexusd opens, one env per session."""
 
     def __init__(self, socket_path: str, make_env: MakeEnv, mode: int = 0o660) -> None:
         self.path, self.make_env = socket_path, make_env
-        self.steps = _Counter()  # env steps served, all sessions together
+        self.steps = _Counter()        # env steps served, all sessions together
+        self.connections = _Counter()  # opens nexusd made: one per env_open of any number of sessions
+        self.exchanges = _Counter()    # resets and steps answered: one per call, whatever its sessions
         if os.path.exists(socket_path):
             os.unlink(socket_path)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -156,7 +186,9 @@ class Server:
                 if self._closed:
                     return
                 raise
-            threading.Thread(target=_Session(conn, self.make_env, self.steps).run, daemon=True).start()
+            self.connections.add()
+            served = _Connection(conn, self.make_env, self.steps, self.exchanges)
+            threading.Thread(target=served.run, daemon=True).start()
 
     def start(self) -> "Server":
         """Serves from a background thread; returns self."""

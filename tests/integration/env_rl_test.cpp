@@ -1,7 +1,7 @@
 // The Environment Service and RL jobs through nexusd, with real tenant processes and libnexus:
 // sessions belong to their tenant, bad requests are typed errors, a PPO job publishes versions
-// that eval_tenant evaluates without changing the slot; external simulators speak protocol 2
-// (request ids, the version handshake, truncated episode ends).
+// that eval_tenant evaluates without changing the slot; external simulators speak protocol 3
+// (request ids, the version handshake, truncated episode ends, several sessions per connection).
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -178,6 +178,9 @@ TEST_CASE("an external environment killed mid-episode fails its sessions alone, 
   auto alice = attach(daemon, "alice");
   auto bob = attach(daemon, "bob");
   const auto ext = alice->env_open("mysim:reach", 2);
+  // Vectorised (protocol 3): both sessions are served on one connection (the simulator holds
+  // its listener and that one).
+  CHECK(eventually([&] { return count_fds(sim, "socket:") == 2; }, std::chrono::seconds(5)));
   const auto local = alice->env_open("reach", 1);
   const auto bobs = bob->env_open("reach", 1);
   const std::int64_t h = ext.image_size;
@@ -201,6 +204,9 @@ TEST_CASE("an external environment killed mid-episode fails its sessions alone, 
   r = alice->env_step(ext.ids, bad, images, state);
   CHECK(r.errors[1].find("finite") != std::string::npos);
   CHECK_FALSE(r.failed[1]);
+  // One session of the connection steps on its own, the other keeps its episode.
+  r = alice->env_step(std::span(ext.ids).subspan(1), one, one_image, one_state);
+  CHECK(r.errors == std::vector<std::string>{""});
 
   ::kill(sim, SIGKILL);
   REQUIRE(wait_exit(sim, std::chrono::seconds(10)).has_value());
@@ -222,7 +228,7 @@ TEST_CASE("an external environment killed mid-episode fails its sessions alone, 
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }
 
-TEST_CASE("external environments speak protocol 2: ids catch an extra reply, versions are checked, episode limits truncate",
+TEST_CASE("external environments speak protocol 3: ids catch an extra reply, versions are checked, episode limits truncate",
           "[integration][model][env]") {
   TempDir dir;
   std::vector<pid_t> sims;
@@ -235,17 +241,17 @@ TEST_CASE("external environments speak protocol 2: ids catch an extra reply, ver
     return name + "=" + socket;
   };
   const auto good = start_sim("good", {}), chatty = start_sim("chatty", {"--extra-reply-after", "2"}),
-             old = start_sim("old", {"--protocol", "1"});
+             old = start_sim("old", {"--protocol", "2"}), terse = start_sim("terse", {"--short-reply-after", "4"});
   Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn",
-                 "--external-env", good, "--external-env", chatty, "--external-env", old});
+                 "--external-env", good, "--external-env", chatty, "--external-env", old, "--external-env", terse});
   auto c = attach(daemon, "alice");
   // A simulator of another protocol version is refused at open, saying so.
   try {
     c->env_open("old:reach", 1);
-    FAIL("a protocol-1 simulator was accepted");
+    FAIL("a protocol-2 simulator was accepted");
   } catch (const nexus::Error& e) {
     CHECK(e.code() == nexus::ErrorCode::EnvFailed);
-    CHECK_THAT(e.what(), Catch::Contains("protocol 1") && Catch::Contains("nexusd speaks 2"));
+    CHECK_THAT(e.what(), Catch::Contains("protocol 2") && Catch::Contains("nexusd speaks 3"));
   }
   // Built-in and external sessions alike end at the limit of 3 steps as truncated, not terminated.
   for (const std::string task : {"reach", "good:reach"}) {
@@ -269,6 +275,21 @@ TEST_CASE("external environments speak protocol 2: ids catch an extra reply, ver
   const auto r = c->env_step(s.ids, act, s.images, s.state);
   CHECK(r.failed[0]);
   CHECK_THAT(r.errors[0], Catch::Contains("a late or extra reply"));
+  // A simulator whose reply leaves out a session it was asked for: the connection's sessions
+  // fail, saying so, rather than a session being given another's observation.
+  {
+    auto pair = c->env_open("terse:reach", 2);
+    const auto h = pair.image_size;
+    auto images = c->alloc(nexus::DType::UInt8, {2, 1, h, h, 3});
+    auto state = c->alloc(nexus::DType::Float32, {2, 4});
+    const std::vector<std::uint64_t> seeds{1, 2};
+    REQUIRE(c->env_reset(pair.ids, seeds, images, state).errors == std::vector<std::string>(2, ""));
+    const std::vector<float> both(4, 0.2f);
+    CHECK(c->env_step(pair.ids, both, images, state).errors == std::vector<std::string>(2, ""));  // steps 1-2: whole
+    const auto t = c->env_step(pair.ids, both, images, state);
+    CHECK(t.failed == std::vector<bool>{true, true});
+    CHECK_THAT(t.errors[1], Catch::Contains("answered for 1 sessions, not the 2 named"));
+  }
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
   for (pid_t p : sims) ::kill(p, SIGKILL), wait_exit(p, std::chrono::seconds(10));
 }

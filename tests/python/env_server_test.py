@@ -24,6 +24,10 @@ with Daemon("--external-env", f"py={sim_socket}") as d:
     with nexus.Client.attach("py-rl", socket_path=d.socket, timeout=60.0) as c:
         bb = c.backbone()
         envs = c.env_open("py:point", 2)
+        # Vectorised (protocol 3): the two sessions are one connection, and a reset or step of
+        # both is one exchange.
+        check(server.connections.value == 1, f"two sessions, one connection: {server.connections.value}")
+        exchanges_before = server.exchanges.value
         check(envs.state_dim == 4 and envs.action_dim == 2 and envs.image_size == bb.image_size
               and envs.max_steps == 30, f"nexusd opened two sessions of the Python simulator: {envs}")
         images = c.alloc("uint8", [2, 1, bb.image_size, bb.image_size, 3])
@@ -41,6 +45,12 @@ with Daemon("--external-env", f"py={sim_socket}") as d:
               f"a step is the simulator's step: {r.errors[0]!r}, reward {r.reward[0]} vs {reward}, "
               f"state {state.numpy()[0]} vs {expected['state']}")
         check(r.errors[1] != "" and not r.failed[1], f"a NaN action is refused as the caller's: {r.errors[1]!r}")
+        check(server.exchanges.value - exchanges_before == 2,
+              f"a reset and a step of both sessions are two exchanges: {server.exchanges.value - exchanges_before}")
+        one_image, one_state = c.alloc("uint8", [1, 1, bb.image_size, bb.image_size, 3]), c.alloc("float32", [1, 4])
+        r = c.env_step(envs.ids[1:], np.array([[0.0, 1.0]], np.float32), one_image, one_state)
+        check(r.errors[0] == "" and server.exchanges.value - exchanges_before == 3,
+              f"one of the connection's sessions steps alone: {r.errors[0]!r}")
         check(c.env_close(envs.ids) == 2, "both sessions close")
         # Episode ends cross the protocol apart: the limit truncates (the state is not terminal),
         # reaching the goal terminates.
@@ -62,7 +72,7 @@ with Daemon("--external-env", f"py={sim_socket}") as d:
         check(e is not None and "nosuch" in str(e), "the refusal carries the simulator's reason")
 
     # The RL job through examples/python/rl_tenant.py, in its own process.
-    served_before = server.steps.value
+    served_before, connections_before = server.steps.value, server.connections.value
     run = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "rl_tenant.py"), "-s", d.socket,
                           "-t", "py-rl-job", "--task", "py:point", "--sessions", "4", "--horizon", "16",
                           "--iterations", "4", "--seed", "3", "--report-every", "0"],
@@ -77,5 +87,7 @@ with Daemon("--external-env", f"py={sim_socket}") as d:
           f"every env step it counted was served by the Python simulator ({status['env_steps']} counted, {served} served)")
     check(status["episodes"] > 0 and status["version"] > status["first_version"],
           "it finished episodes and published new versions")
+    check(server.connections.value - connections_before == 1,
+          f"the job's 4 sessions were one connection: {server.connections.value - connections_before}")
 server.close()
 finish()

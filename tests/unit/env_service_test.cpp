@@ -71,10 +71,11 @@ TEST_CASE("the Environment Service caps sessions per tenant and in all", "[unit]
 }
 
 TEST_CASE("a session that throws is failed for good and alone, and the tenant opens a new one", "[unit][env]") {
-  EnvService envs({.workers = 1}, [](const std::string& task, int size, int max_steps) -> std::unique_ptr<EnvSession> {
-    auto inner = make_builtin_session(task == "flaky" ? "reach" : task, size, max_steps);
-    if (task == "flaky") return std::make_unique<FaultAfter>(std::move(inner), 2);
-    return inner;
+  EnvService envs({.workers = 1}, [](const std::string& task, int size, int max_steps, int count) {
+    auto made = make_builtin_sessions(task == "flaky" ? "reach" : task, size, max_steps, count);
+    if (task == "flaky")
+      for (auto& s : made) s = std::make_unique<FaultAfter>(std::move(s), 2);
+    return made;
   });
   auto flaky = envs.open("alice", "flaky", 1, 64, 0);
   auto good = envs.open("alice", "reach", 1, 64, 0);
