@@ -10,7 +10,9 @@
 // one; nothing else is affected.
 //
 // Thread safety: every member may be called from any thread. A session is stepped by one thread
-// at a time (its own mutex); calls on disjoint sessions run concurrently.
+// at a time (its own mutex); calls on disjoint sessions run concurrently, except that sessions
+// sharing a SessionBatch (an external connection) take turns on it. A call's sessions of one
+// batch are locked in address order, so two calls never wait on each other.
 #pragma once
 #include <cstdint>
 #include <functional>
