@@ -114,12 +114,13 @@ class _Connection:
                 break
 
     def _reset(self, ep: _Episode, seed: int) -> tuple:
-        try:
-            obs, info = ep.env.reset(seed=int(seed))
-        except Exception as e:  # the simulator broke: this session fails, nexusd is told
+        try:  # the simulator broke, or gave an observation without image or state: this session
+            obs, info = ep.env.reset(seed=int(seed))  # fails, nexusd is told; the others go on
+            reply = _observation(ep.env, obs, info, 0.0, False)
+        except Exception as e:
             return _broken(e)
         ep.done, ep.steps = False, 0
-        return _observation(ep.env, obs, info, 0.0, False)
+        return reply
 
     def _step(self, ep: _Episode, action: np.ndarray, action_dim: int, limit: int) -> tuple:
         if ep.done:
@@ -128,13 +129,13 @@ class _Connection:
             return _refusal("an action must be finite")
         try:
             obs, reward, terminated, truncated, info = ep.env.step(action.copy())
+            ep.steps += 1
+            self.counter.add()
+            ep.done = bool(terminated or truncated or ep.steps >= limit)
+            return _observation(ep.env, obs, info, float(reward), ep.done, ep.done and not terminated)
         except Exception as e:
             ep.done = True
             return _broken(e)
-        ep.steps += 1
-        self.counter.add()
-        ep.done = bool(terminated or truncated or ep.steps >= limit)
-        return _observation(ep.env, obs, info, float(reward), ep.done, ep.done and not terminated)
 
 
 def _observation(env: Any, obs: dict, info: dict, reward: float, done: bool, truncated: bool = False) -> tuple:

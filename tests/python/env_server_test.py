@@ -20,7 +20,27 @@ sim_dir = tempfile.mkdtemp(prefix="nexus-pysim-")
 sim_socket = os.path.join(sim_dir, "point.sock")
 server = nexus.environment.Server(sim_socket, point_env.make_env, mode=0o666).start()
 
-with Daemon("--external-env", f"py={sim_socket}") as d:
+
+class Diverging(point_env.PointEnv):
+    """A simulator that breaks at its first step."""
+
+    def step(self, action):
+        raise FloatingPointError("the integrator diverged")
+
+
+made = []
+
+
+def flaky_env(task, image_size, max_steps):  # every second env made diverges
+    made.append(task)
+    kind = Diverging if len(made) % 2 == 0 else point_env.PointEnv
+    return kind(image_size, 30)
+
+
+flaky_socket = os.path.join(sim_dir, "flaky.sock")
+flaky = nexus.environment.Server(flaky_socket, flaky_env, mode=0o666).start()
+
+with Daemon("--external-env", f"py={sim_socket}", "--external-env", f"flaky={flaky_socket}") as d:
     with nexus.Client.attach("py-rl", socket_path=d.socket, timeout=60.0) as c:
         bb = c.backbone()
         envs = c.env_open("py:point", 2)
@@ -68,6 +88,15 @@ with Daemon("--external-env", f"py={sim_socket}") as d:
             if e.done[0]:
                 break
         check(e.done[0] and e.success[0] and not e.truncated[0], f"reaching the goal terminates: {e.done} {e.truncated}")
+        # One env of a connection breaks: its session fails, its neighbour on the same
+        # connection steps on.
+        pair = c.env_open("flaky:point", 2)
+        c.env_reset(pair.ids, [1, 2], images, state)
+        r = c.env_step(pair.ids, np.zeros((2, 2), np.float32), images, state)
+        check(r.failed == [False, True] and "diverged" in r.errors[1],
+              f"the diverging env fails its session alone: {r.failed} {r.errors}")
+        r = c.env_step(pair.ids[:1], np.zeros((1, 2), np.float32), img1, st1)
+        check(r.errors == [""], f"the other session of that connection steps on: {r.errors}")
         e = raises(nexus.EnvFailed, lambda: c.env_open("py:nosuch", 1), "a task the simulator does not serve")
         check(e is not None and "nosuch" in str(e), "the refusal carries the simulator's reason")
 
@@ -90,4 +119,5 @@ with Daemon("--external-env", f"py={sim_socket}") as d:
     check(server.connections.value - connections_before == 1,
           f"the job's 4 sessions were one connection: {server.connections.value - connections_before}")
 server.close()
+flaky.close()
 finish()
