@@ -23,6 +23,9 @@ int main(int argc, char** argv) {
   app.add_option("--dataset", path, "demonstrations (.hdf5)")->required();
   app.add_option("--head", spec.head.kind, "mlp_chunk, flow or gaussian");
   app.add_option("--chunk", spec.head.chunk, "actions per prediction")->check(CLI::Range(1, 64));
+  app.add_option("--token-queries", spec.head.token_queries,
+                 "mlp_chunk/gaussian: learned queries over the feature tokens (a task about two objects, as push)")
+      ->check(CLI::Range(0, 16));
   app.add_option("--steps", steps, "SFT steps");
   app.add_option("--batch", batch, "samples per step")->check(CLI::Range(1, 4096));
   app.add_option("--lr", spec.optimizer.lr, "AdamW learning rate");

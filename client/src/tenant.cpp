@@ -36,7 +36,7 @@ BackboneInfo Client::register_tenant(const TenantSpec& spec) {
   const auto id = state_->submit(wire::Body::RegisterRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
     const auto& h = spec.head;
     auto head = wire::CreateHeadSpec(fbb, fbb.CreateString(h.kind), h.state_dim, h.action_dim, h.chunk, h.hidden,
-                                     h.flow_steps, h.flow_noise);
+                                     h.flow_steps, h.flow_noise, h.token_queries);
     const auto& o = spec.optimizer;
     auto opt = wire::CreateOptimizerSpec(fbb, o.lr, o.beta1, o.beta2, o.weight_decay, o.grad_clip);
     return wire::CreateRegisterRequest(fbb, spec.views, head, opt, spec.seed).Union();

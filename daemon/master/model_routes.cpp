@@ -98,7 +98,7 @@ std::variant<model::Request, ModelRouteError> to_model_request(const ServiceRequ
       model::op::Register reg;
       reg.views = q->views();
       reg.head = {h->kind()->str(), h->state_dim(), h->action_dim(), h->chunk(), h->hidden(), h->flow_steps(),
-                  h->flow_noise()};
+                  h->flow_noise(), h->token_queries()};
       if (const auto* o = q->optimizer())
         reg.optimizer = {o->lr(), o->beta1(), o->beta2(), o->weight_decay(), o->grad_clip()};
       reg.seed = q->seed();

@@ -14,10 +14,11 @@ torch::nn::Sequential mlp(std::int64_t in, std::int64_t hidden, std::int64_t out
 class MlpChunkHead : public ActionHead {
  public:
   MlpChunkHead(const HeadSpec& s, std::int64_t d) : ActionHead(s) {
-    net_ = register_module("net", mlp(d + s.state_dim, s.hidden, s.chunk * s.action_dim));
+    register_token_queries(d);
+    net_ = register_module("net", mlp(condition_width(d), s.hidden, s.chunk * s.action_dim));
   }
   torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator&) override {
-    return net_->forward(with_state(f.pooled, state)).view({-1, spec_.chunk, spec_.action_dim});
+    return net_->forward(condition(f, state)).view({-1, spec_.chunk, spec_.action_dim});
   }
   torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
                      at::Generator& gen) override {
@@ -93,11 +94,12 @@ class FlowHead : public ActionHead {
 class GaussianHeadImpl : public ActionHead {
  public:
   GaussianHeadImpl(const HeadSpec& s, std::int64_t d) : ActionHead(s) {
-    net_ = register_module("net", mlp(d + s.state_dim, s.hidden, s.chunk * s.action_dim));
+    register_token_queries(d);
+    net_ = register_module("net", mlp(condition_width(d), s.hidden, s.chunk * s.action_dim));
     log_std_ = register_parameter("log_std", torch::full({s.chunk, s.action_dim}, -0.5));
   }
   GaussianOutputs outputs(const VLAFeature& f, const torch::Tensor& state) {
-    return {net_->forward(with_state(f.pooled, state)).view({-1, spec_.chunk, spec_.action_dim}), log_std_};
+    return {net_->forward(condition(f, state)).view({-1, spec_.chunk, spec_.action_dim}), log_std_};
   }
   torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator&) override {
     return outputs(f, state).mean;  // the deterministic action; sampling is the caller's choice
@@ -122,10 +124,33 @@ torch::Tensor ActionHead::with_state(const torch::Tensor& pooled, const torch::T
   return torch::cat({pooled, state.to(pooled.dtype())}, 1);
 }
 
+void ActionHead::register_token_queries(std::int64_t feature_dim) {
+  if (spec_.token_queries > 0)
+    token_queries_ = register_parameter("token_queries", torch::randn({spec_.token_queries, feature_dim}) * 0.02);
+}
+
+std::int64_t ActionHead::condition_width(std::int64_t feature_dim) const {
+  return feature_dim * (1 + spec_.token_queries) + spec_.state_dim;
+}
+
+// Each query's softmax over the unmasked tokens (scaled dot product, as the flow head's one
+// query), its weighted sum of tokens a read-out: [n, queries * D].
+torch::Tensor ActionHead::condition(const VLAFeature& f, const torch::Tensor& state) const {
+  if (!token_queries_.defined()) return with_state(f.pooled, state);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(token_queries_.size(1)));
+  auto scores = torch::matmul(f.tokens, token_queries_.t()) * scale;  // [n, L, Q]
+  scores = scores.masked_fill(f.mask.logical_not().unsqueeze(2), -1e9);
+  auto readouts = torch::bmm(torch::softmax(scores, 1).transpose(1, 2), f.tokens);  // [n, Q, D]
+  return with_state(torch::cat({f.pooled, readouts.flatten(1)}, 1), state);
+}
+
 std::shared_ptr<ActionHead> make_head(const HeadSpec& s, std::int64_t feature_dim) {
   if (s.action_dim <= 0 || s.chunk <= 0 || s.hidden <= 0 || s.state_dim < 0 || s.flow_steps <= 0 ||
       !(s.flow_noise > 0))
     throw std::invalid_argument("head sizes must be positive (action_dim, chunk, hidden, flow_steps, flow_noise)");
+  if (s.token_queries < 0) throw std::invalid_argument("token_queries must be >= 0");
+  if (s.kind == "flow" && s.token_queries > 0)
+    throw std::invalid_argument("token_queries is for mlp_chunk and gaussian heads (flow attends with its own query)");
   if (s.kind == "mlp_chunk") return std::make_shared<MlpChunkHead>(s, feature_dim);
   if (s.kind == "flow") return std::make_shared<FlowHead>(s, feature_dim);
   if (s.kind == "gaussian") return std::make_shared<GaussianHeadImpl>(s, feature_dim);

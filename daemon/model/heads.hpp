@@ -32,7 +32,13 @@ class ActionHead : public torch::nn::Module {
 
  protected:
   torch::Tensor with_state(const torch::Tensor& pooled, const torch::Tensor& state) const;
+  // The head's input: the pooled feature, the token queries' read-outs (HeadSpec::token_queries),
+  // the state. Its width is condition_width(feature_dim).
+  torch::Tensor condition(const VLAFeature& f, const torch::Tensor& state) const;
+  std::int64_t condition_width(std::int64_t feature_dim) const;
+  void register_token_queries(std::int64_t feature_dim);  // call from the constructor
   HeadSpec spec_;
+  torch::Tensor token_queries_;  // [token_queries, D]; undefined when there are none
 };
 
 // Throws std::invalid_argument for an unknown kind or non-positive sizes.

@@ -28,6 +28,9 @@ std::int64_t head_parameters(const HeadSpec& s, std::int64_t d) {
   const std::int64_t in = d + s.state_dim, out = s.chunk * s.action_dim, h = s.hidden;
   std::int64_t p = in * h + h * h + h * out;  // the MLP trunk every head has
   if (s.kind == "flow") p += 2 * d * d + out * h;  // attention pooling and the noisy chunk's input
+  // Token queries: each widens the trunk's input by d and attends over the tokens (2 d per
+  // token; counted at 256 tokens, more than the built-in backbones' sequences).
+  p += s.token_queries * (d * h + 2 * d * 256);
   return p;
 }
 
@@ -55,10 +58,11 @@ std::optional<Failure> check_registration(const op::Register& r, const BackboneC
   auto out_of = [](std::int64_t v, std::int64_t lo, std::int64_t hi) { return v < lo || v > hi; };
   if (out_of(r.views, 1, bb.max_views) || out_of(h.action_dim, 1, kMaxActionDim) || out_of(h.chunk, 1, kMaxChunk) ||
       out_of(h.state_dim, 0, kMaxStateDim) || out_of(h.hidden, 1, kMaxHidden) || out_of(h.flow_steps, 1, kMaxFlowSteps) ||
-      !(h.flow_noise > 0 && h.flow_noise <= 100))
+      !(h.flow_noise > 0 && h.flow_noise <= 100) || out_of(h.token_queries, 0, kMaxTokenQueries) ||
+      (h.kind == "flow" && h.token_queries != 0))
     return Failure{Fault::BadRequest, "schema out of range: views 1.." + std::to_string(bb.max_views) +
                                           ", action_dim 1..64, chunk 1..64, state_dim 0..1024, hidden 1..4096, "
-                                          "flow_steps 1..100, flow_noise (0, 100]"};
+                                          "flow_steps 1..100, flow_noise (0, 100], token_queries 0..16 (0 for flow)"};
   const auto& o = r.optimizer;
   if (!(o.lr > 0 && o.lr < 10) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) ||
       !(o.weight_decay >= 0) || !(o.grad_clip >= 0))

@@ -18,7 +18,7 @@ namespace nexus::model::detail {
 
 inline constexpr std::int64_t kMaxSamplesPerRequest = 4096;
 inline constexpr std::int32_t kMaxActionDim = 64, kMaxChunk = 64, kMaxStateDim = 1024, kMaxHidden = 4096,
-                              kMaxFlowSteps = 100;
+                              kMaxFlowSteps = 100, kMaxTokenQueries = 16;
 // The built-in tokenizer's vocabulary (one token per byte); a TorchScript backbone declares
 // none, and its own forward() must cope with any int32 (it is the user's module).
 inline constexpr std::int64_t kByteVocabulary = 256;

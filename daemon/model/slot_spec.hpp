@@ -16,6 +16,11 @@ struct HeadSpec {
   // Std of the flow's source noise, in action units: match it to the actions' scale (as one
   // would normalise actions), or the velocity target is mostly noise and learning is slow.
   double flow_noise = 1.0;
+  // mlp_chunk and gaussian: learned queries that attend over the backbone's feature tokens, their
+  // read-outs next to the pooled feature (0: the pooled feature alone). The pooled feature
+  // carries mostly the one object an instruction names; a task about two (push a block onto a
+  // goal) needs the head to look at the tokens itself.
+  std::int64_t token_queries = 0;
 };
 
 struct OptimizerConfig {

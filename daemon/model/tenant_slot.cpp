@@ -231,7 +231,8 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
   nlohmann::json manifest = {
       {"format", "nexus-slot-v1"},
       {"head", {{"kind", h.kind}, {"state_dim", h.state_dim}, {"action_dim", h.action_dim}, {"chunk", h.chunk},
-                {"hidden", h.hidden}, {"flow_steps", h.flow_steps}, {"flow_noise", h.flow_noise}}},
+                {"hidden", h.hidden}, {"flow_steps", h.flow_steps}, {"flow_noise", h.flow_noise},
+                {"token_queries", h.token_queries}}},
       {"optimizer", {{"lr", config_.lr}, {"beta1", config_.beta1}, {"beta2", config_.beta2},
                      {"weight_decay", config_.weight_decay}, {"grad_clip", config_.grad_clip}}},
       {"steps", steps_},
@@ -257,7 +258,8 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
   try {
     const auto& h = manifest.at("head");
     HeadSpec spec{h.at("kind"), h.at("state_dim"), h.at("action_dim"), h.at("chunk"),
-                  h.at("hidden"), h.at("flow_steps"), h.at("flow_noise")};
+                  h.at("hidden"), h.at("flow_steps"), h.at("flow_noise"),
+                  h.value("token_queries", std::int64_t{0})};  // absent in checkpoints written before it
     const auto& o = manifest.at("optimizer");
     OptimizerConfig opt{o.at("lr"), o.at("beta1"), o.at("beta2"), o.at("weight_decay"), o.at("grad_clip")};
     auto slot = std::make_unique<TenantSlot>(spec, opt, feature_dim, 0, device);

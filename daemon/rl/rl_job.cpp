@@ -40,6 +40,10 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
       if (h.kind != "gaussian" || h.chunk != 1 || h.action_dim != spec_.action_dim || h.state_dim != spec_.state_dim)
         throw std::runtime_error("RL on " + c.task + " needs a gaussian head with chunk 1, action_dim " +
                                  std::to_string(spec_.action_dim) + " and state_dim " + std::to_string(spec_.state_dim));
+      // Records keep the pooled features only (Rollout): a head that attends over the tokens
+      // would need every step's tokens kept too.
+      if (h.token_queries != 0)
+        throw std::runtime_error("RL heads read the pooled feature only: register the gaussian head with token_queries 0");
       torch::manual_seed(c.seed);  // the value head's initialisation, under the executor's lock
       value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256);
       value_opt_ = std::make_unique<torch::optim::AdamW>(value_->parameters(), torch::optim::AdamWOptions(c.update.value_lr));

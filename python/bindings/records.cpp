@@ -55,7 +55,7 @@ void bind_model_records(py::module_& m) {
       .field("kind", &HeadSpec::kind).field("state_dim", &HeadSpec::state_dim)
       .field("action_dim", &HeadSpec::action_dim).field("chunk", &HeadSpec::chunk)
       .field("hidden", &HeadSpec::hidden).field("flow_steps", &HeadSpec::flow_steps)
-      .field("flow_noise", &HeadSpec::flow_noise);
+      .field("flow_noise", &HeadSpec::flow_noise).field("token_queries", &HeadSpec::token_queries);
   Record<OptimizerSpec>(m, "OptimizerSpec", "AdamW with global grad-norm clipping.")
       .field("lr", &OptimizerSpec::lr).field("beta1", &OptimizerSpec::beta1).field("beta2", &OptimizerSpec::beta2)
       .field("weight_decay", &OptimizerSpec::weight_decay).field("grad_clip", &OptimizerSpec::grad_clip);

@@ -13,6 +13,7 @@ class HeadSpec:
     hidden: int
     flow_steps: int
     flow_noise: float
+    token_queries: int
     def __init__(self, **fields: Any) -> None: ...
 
 class OptimizerSpec:

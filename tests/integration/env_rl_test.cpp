@@ -124,6 +124,10 @@ TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only, 
     c->register_tenant(spec);
     CHECK(error_of([&] { c->rl_start({}); }) == nexus::ErrorCode::JobFailed);
     spec.head.kind = "gaussian";
+    spec.head.token_queries = 2;  // records keep pooled features only
+    c->register_tenant(spec);
+    CHECK(error_of([&] { c->rl_start({}); }) == nexus::ErrorCode::JobFailed);
+    spec.head.token_queries = 0;
     c->register_tenant(spec);
     CHECK(error_of([&] { c->rl_start({.algorithm = "grpo", .sessions = 6, .group_size = 4}); }) ==
           nexus::ErrorCode::JobFailed);

@@ -172,6 +172,10 @@ TEST_CASE("model requests fail with typed errors: unregistered, bad batch, unkno
   CHECK(code_of([&] { c->sft_step(obs, act); }) == nexus::ErrorCode::NotRegistered);
   CHECK(code_of([&] { c->register_tenant({.head = {.kind = "transformer"}}); }) == nexus::ErrorCode::BadMessage);
   CHECK(code_of([&] { c->register_tenant({.views = 9}); }) == nexus::ErrorCode::BadMessage);
+  CHECK(code_of([&] { c->register_tenant({.head = {.kind = "gaussian", .token_queries = 17}}); }) ==
+        nexus::ErrorCode::BadMessage);
+  CHECK(code_of([&] { c->register_tenant({.head = {.kind = "flow", .token_queries = 2}}); }) ==
+        nexus::ErrorCode::BadMessage);
   const auto info = c->register_tenant({.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 32}, .seed = 4});
   CHECK(info.name == "tiny");
   CHECK(info.image_size == 64);

@@ -121,6 +121,52 @@ TEST_CASE("heads: shapes, kinds, and the gaussian's closed forms", "[model]") {
   CHECK(model::gaussian_entropy(out).item<double>() == Approx(2 * (0.5 + 0.5 * std::log(2 * M_PI) - 0.5)).epsilon(1e-5));
 }
 
+TEST_CASE("heads: token queries read the feature tokens, and a head without them reads pooled alone", "[model]") {
+  const auto c = *model::named_backbone("tiny");
+  const auto f = tiny_features(4);
+  // The same pooled feature and mask, other tokens (the pooled row is what it was).
+  const model::VLAFeature other{f.tokens + torch::randn(f.tokens.sizes()), f.pooled, f.mask};
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  for (const std::string kind : {"mlp_chunk", "gaussian"}) {
+    torch::manual_seed(3);
+    auto plain = model::make_head({.kind = kind, .state_dim = 3, .action_dim = 2, .hidden = 32}, c.dim);
+    auto queried = model::make_head({.kind = kind, .state_dim = 3, .action_dim = 2, .hidden = 32, .token_queries = 3}, c.dim);
+    const auto state = torch::randn({4, 3});
+    CHECK(torch::equal(plain->predict(f, state, gen), plain->predict(other, state, gen)));
+    CHECK_FALSE(torch::allclose(queried->predict(f, state, gen), queried->predict(other, state, gen)));
+    CHECK(queried->predict(f, state, gen).sizes().vec() == std::vector<std::int64_t>({4, 1, 2}));
+    const auto params = queried->named_parameters();
+    REQUIRE(params.contains("token_queries"));
+    CHECK(params["token_queries"].sizes().vec() == std::vector<std::int64_t>({3, c.dim}));
+    CHECK_FALSE(plain->named_parameters().contains("token_queries"));
+    // A masked-out token is not read: changing it changes nothing.
+    auto masked = f.mask.clone();
+    masked.select(1, masked.size(1) - 1).fill_(false);
+    auto last_changed = f.tokens.clone();
+    last_changed.select(1, last_changed.size(1) - 1).add_(5.0);
+    CHECK(torch::allclose(queried->predict({f.tokens, f.pooled, masked}, state, gen),
+                          queried->predict({last_changed, f.pooled, masked}, state, gen)));
+  }
+  // A checkpoint keeps the queries; one written before token_queries existed loads as 0.
+  test::TempDir dir;
+  model::TenantSlot slot({.kind = "gaussian", .action_dim = 2, .hidden = 16, .token_queries = 2}, {}, c.dim, 8);
+  slot.sft_step(f, {}, torch::zeros({4, 1, 2}));
+  slot.save(dir.path + "/q");
+  const auto loaded = model::TenantSlot::load(dir.path + "/q", c.dim);
+  CHECK(loaded.slot->head().spec().token_queries == 2);
+  CHECK(loaded.slot->digest().parameters == slot.digest().parameters);
+  model::TenantSlot old_style({.kind = "gaussian", .action_dim = 2, .hidden = 16}, {}, c.dim, 8);
+  old_style.save(dir.path + "/old");
+  auto file = model::read_safetensors(dir.path + "/old.safetensors");
+  auto manifest = nlohmann::json::parse(file.metadata.at("nexus.manifest"));
+  manifest["head"].erase("token_queries");
+  file.metadata["nexus.manifest"] = manifest.dump();
+  model::write_safetensors(dir.path + "/old.safetensors", file, 0600);
+  CHECK(model::TenantSlot::load(dir.path + "/old", c.dim).slot->head().spec().token_queries == 0);
+  CHECK_THROWS_WITH(model::make_head({.kind = "flow", .token_queries = 2}, c.dim), Catch::Contains("token_queries"));
+  CHECK_THROWS_WITH(model::make_head({.kind = "gaussian", .token_queries = -1}, c.dim), Catch::Contains("token_queries"));
+}
+
 TEST_CASE("a slot refuses bad batches and keeps its parameters", "[model][isolation]") {
   const auto c = *model::named_backbone("tiny");
   const auto f = tiny_features(4);

@@ -144,3 +144,54 @@ TEST_CASE("SFT on reach demonstrations lifts closed-loop success on the pretrain
   CHECK(test::figure_holds("sft_reach.success_before", before, "<=", 0.1, kEpisodes));
   CHECK(test::figure_holds("sft_reach.success_after", after, ">=", 0.25, kEpisodes));
 }
+
+// Push is about two objects, the block and its goal. The pooled feature carries the block (the
+// object the backbone learnt to find) but hardly the goal; a head's token queries (HeadSpec::
+// token_queries) find it in the tokens. Measured (seed 0, 200 episodes, 3000 steps): goal R^2
+// 0.20 from pooled, 0.97 with 4 queries; block 0.98 both.
+TEST_CASE("token queries find push's goal in the feature tokens, which the pooled feature does not carry",
+          "[model][sim][learning]") {
+  torch::set_num_threads(2);
+  model::VLABackbone b(*model::named_backbone("tiny"));
+  model::load_weights(*b, test::tiny_weights_path());
+  b->freeze();
+  const auto& c = b->config();
+  const std::uint64_t k = test::test_seed();
+  auto t = sim::make_task("push", {.image_size = static_cast<int>(c.image_size)});
+  std::vector<torch::Tensor> imgs, goals;
+  for (int e = 0; e < 120; ++e) {  // the expert's episodes: the goal seen from every stage of a push
+    t->reset(3000 + 1000 * k + static_cast<std::uint64_t>(e));
+    while (!t->done()) {
+      auto img = torch::empty({1, c.image_size, c.image_size, 3}, torch::kUInt8);
+      t->render(img.data_ptr<std::uint8_t>());
+      imgs.push_back(img);
+      const auto g = t->mocap_xy().at(0);  // push's one mocap body is the goal
+      goals.push_back(torch::tensor({static_cast<float>(g.first / 0.25), static_cast<float>(g.second / 0.25)}).view({1, 2}));
+      t->step(t->expert_action());
+    }
+  }
+  Demos d{torch::stack(imgs), torch::zeros({static_cast<std::int64_t>(imgs.size()), c.max_tokens}, torch::kInt32),
+          torch::zeros({static_cast<std::int64_t>(imgs.size()), c.max_tokens}, torch::kBool), {}, torch::stack(goals)};
+  for (std::int64_t i = 0; i < d.tokens.size(0); ++i) model::tokenize_into(t->instruction(), d.tokens, d.mask, i);
+  const auto f = features(b, d);
+  const auto n = d.actions.size(0), cut = n * 8 / 10;  // held out: the last fifth (whole episodes but one)
+  auto r2 = [&](std::int64_t queries) {
+    model::TenantSlot slot({.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 256, .token_queries = queries},
+                           {.lr = 1e-3}, c.dim, 5 + k);
+    auto pick = at::make_generator<at::CPUGeneratorImpl>(3 + k);
+    for (int s = 0; s < 2000; ++s) {
+      auto idx = torch::randint(cut, {64}, pick, torch::kLong);
+      slot.sft_step({f.tokens.index_select(0, idx), f.pooled.index_select(0, idx), f.mask.index_select(0, idx)}, {},
+                    d.actions.index_select(0, idx));
+    }
+    torch::NoGradGuard ng;
+    const auto held = d.actions.narrow(0, cut, n - cut);
+    const auto pred = slot.predict({f.tokens.narrow(0, cut, n - cut), f.pooled.narrow(0, cut, n - cut), f.mask.narrow(0, cut, n - cut)}, {});
+    return 1 - ((pred - held).pow(2).sum() / (held - held.mean(0, true)).pow(2).sum()).item<double>();
+  };
+  const double pooled = r2(0), queried = r2(4);
+  std::fprintf(stderr, "push goal R^2 held out: pooled %.2f, 4 token queries %.2f (%lld steps)\n", pooled, queried,
+               static_cast<long long>(n));
+  CHECK(test::figure_holds("token_queries.push_goal_r2", queried, ">=", 0.8));
+  CHECK(test::figure_holds("token_queries.pooled_push_goal_r2", pooled, "<", 0.5));
+}

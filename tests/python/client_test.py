@@ -30,6 +30,7 @@ def error_classes():
     raises(nexus.ConnectFailed, lambda: nexus.Client.attach("nobody", socket_path="/nonexistent/nexusd.sock"),
            "attaching where no daemon listens")
     raises(AttributeError, lambda: nexus.HeadSpec(knd="flow"), "a misspelt field in a spec")
+    check(nexus.HeadSpec(kind="gaussian", token_queries=3).token_queries == 3, "a head spec carries token_queries")
     raises(ValueError, lambda: nexus.Client.attach("x", timeout=-1), "a negative timeout")
 
 

@@ -19,6 +19,10 @@ struct HeadSpec {
   std::int32_t hidden = 256;
   std::int32_t flow_steps = 10;    // Euler steps when a flow head samples
   double flow_noise = 1.0;         // std of the flow's source noise: about your actions' scale
+  // mlp_chunk, gaussian: learned queries that attend over the backbone's feature tokens, next to
+  // the pooled feature (0: pooled alone). The pooled feature carries mostly the one object an
+  // instruction names; give a task about two objects (a block and its goal) a few queries.
+  std::int32_t token_queries = 0;
 };
 
 struct OptimizerSpec {  // AdamW with global grad-norm clipping
