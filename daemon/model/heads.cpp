@@ -6,6 +6,16 @@
 namespace nexus::model {
 namespace {
 
+// Scaled dot-product attention of learned queries [Q, D] over a feature's unmasked tokens: each
+// query's softmax-weighted sum of tokens, [n, Q, D]. The flow head's one query and the token
+// queries of the other heads both read the tokens this way.
+torch::Tensor attend(const VLAFeature& f, const torch::Tensor& queries) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(queries.size(1)));
+  auto scores = torch::matmul(f.tokens, queries.t()) * scale;  // [n, L, Q]
+  scores = scores.masked_fill(f.mask.logical_not().unsqueeze(2), -1e9);
+  return torch::bmm(torch::softmax(scores, 1).transpose(1, 2), f.tokens);
+}
+
 torch::nn::Sequential mlp(std::int64_t in, std::int64_t hidden, std::int64_t out) {
   return torch::nn::Sequential(torch::nn::Linear(in, hidden), torch::nn::GELU(), torch::nn::Linear(hidden, hidden),
                                torch::nn::GELU(), torch::nn::Linear(hidden, out));
@@ -15,10 +25,10 @@ class MlpChunkHead : public ActionHead {
  public:
   MlpChunkHead(const HeadSpec& s, std::int64_t d) : ActionHead(s) {
     register_token_queries(d);
-    net_ = register_module("net", mlp(condition_width(d), s.hidden, s.chunk * s.action_dim));
+    net_ = register_module("net", mlp(trunk_input_width(d), s.hidden, s.chunk * s.action_dim));
   }
   torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator&) override {
-    return net_->forward(condition(f, state)).view({-1, spec_.chunk, spec_.action_dim});
+    return net_->forward(trunk_input(f, state)).view({-1, spec_.chunk, spec_.action_dim});
   }
   torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
                      at::Generator& gen) override {
@@ -70,11 +80,7 @@ class FlowHead : public ActionHead {
  private:
   // Attention pooling of the feature tokens with a learned query, next to the pooled feature.
   torch::Tensor condition(const VLAFeature& f, const torch::Tensor& state) {
-    const double scale = 1.0 / std::sqrt(static_cast<double>(query_.size(0)));
-    auto scores = torch::matmul(f.tokens, query_) * scale;  // [n, L]
-    scores = scores.masked_fill(f.mask.logical_not(), -1e9);
-    auto pooled_tokens = torch::bmm(torch::softmax(scores, 1).unsqueeze(1), f.tokens).squeeze(1);
-    return torch::cat({pooled_tokens, with_state(f.pooled, state)}, 1);
+    return torch::cat({attend(f, query_.unsqueeze(0)).squeeze(1), with_state(f.pooled, state)}, 1);
   }
   // The velocity at (x_t, t) from the predicted clean chunk; 1 - t is kept off zero (t is drawn
   // from [0, 1) and sampling never evaluates t = 1, but the bound is the invariant, not luck).
@@ -95,11 +101,11 @@ class GaussianHeadImpl : public ActionHead {
  public:
   GaussianHeadImpl(const HeadSpec& s, std::int64_t d) : ActionHead(s) {
     register_token_queries(d);
-    net_ = register_module("net", mlp(condition_width(d), s.hidden, s.chunk * s.action_dim));
+    net_ = register_module("net", mlp(trunk_input_width(d), s.hidden, s.chunk * s.action_dim));
     log_std_ = register_parameter("log_std", torch::full({s.chunk, s.action_dim}, -0.5));
   }
   GaussianOutputs outputs(const VLAFeature& f, const torch::Tensor& state) {
-    return {net_->forward(condition(f, state)).view({-1, spec_.chunk, spec_.action_dim}), log_std_};
+    return {net_->forward(trunk_input(f, state)).view({-1, spec_.chunk, spec_.action_dim}), log_std_};
   }
   torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator&) override {
     return outputs(f, state).mean;  // the deterministic action; sampling is the caller's choice
@@ -129,19 +135,13 @@ void ActionHead::register_token_queries(std::int64_t feature_dim) {
     token_queries_ = register_parameter("token_queries", torch::randn({spec_.token_queries, feature_dim}) * 0.02);
 }
 
-std::int64_t ActionHead::condition_width(std::int64_t feature_dim) const {
+std::int64_t ActionHead::trunk_input_width(std::int64_t feature_dim) const {
   return feature_dim * (1 + spec_.token_queries) + spec_.state_dim;
 }
 
-// Each query's softmax over the unmasked tokens (scaled dot product, as the flow head's one
-// query), its weighted sum of tokens a read-out: [n, queries * D].
-torch::Tensor ActionHead::condition(const VLAFeature& f, const torch::Tensor& state) const {
+torch::Tensor ActionHead::trunk_input(const VLAFeature& f, const torch::Tensor& state) const {
   if (!token_queries_.defined()) return with_state(f.pooled, state);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(token_queries_.size(1)));
-  auto scores = torch::matmul(f.tokens, token_queries_.t()) * scale;  // [n, L, Q]
-  scores = scores.masked_fill(f.mask.logical_not().unsqueeze(2), -1e9);
-  auto readouts = torch::bmm(torch::softmax(scores, 1).transpose(1, 2), f.tokens);  // [n, Q, D]
-  return with_state(torch::cat({f.pooled, readouts.flatten(1)}, 1), state);
+  return with_state(torch::cat({f.pooled, attend(f, token_queries_).flatten(1)}, 1), state);  // [n, D (1 + Q) + S]
 }
 
 std::shared_ptr<ActionHead> make_head(const HeadSpec& s, std::int64_t feature_dim) {

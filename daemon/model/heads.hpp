@@ -7,6 +7,9 @@
 //   gaussian   MLP mean plus a learned log-std, for RL: log-probabilities and entropy; its SFT
 //              loss is the negative log-likelihood.
 //
+// mlp_chunk and gaussian read the pooled feature, and with HeadSpec::token_queries also that many
+// learned queries' read-outs of the tokens (the flow head's attention, several queries).
+//
 // Every head maps (features, state) to actions [n, chunk, action_dim]. Randomness (flow noise,
 // gaussian sampling) comes only from the generator passed in: a tenant's RNG, never global state.
 #pragma once
@@ -33,9 +36,9 @@ class ActionHead : public torch::nn::Module {
  protected:
   torch::Tensor with_state(const torch::Tensor& pooled, const torch::Tensor& state) const;
   // The head's input: the pooled feature, the token queries' read-outs (HeadSpec::token_queries),
-  // the state. Its width is condition_width(feature_dim).
-  torch::Tensor condition(const VLAFeature& f, const torch::Tensor& state) const;
-  std::int64_t condition_width(std::int64_t feature_dim) const;
+  // the state. Its width is trunk_input_width(feature_dim).
+  torch::Tensor trunk_input(const VLAFeature& f, const torch::Tensor& state) const;
+  std::int64_t trunk_input_width(std::int64_t feature_dim) const;
   void register_token_queries(std::int64_t feature_dim);  // call from the constructor
   HeadSpec spec_;
   torch::Tensor token_queries_;  // [token_queries, D]; undefined when there are none

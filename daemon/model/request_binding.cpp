@@ -29,8 +29,9 @@ std::int64_t head_parameters(const HeadSpec& s, std::int64_t d) {
   std::int64_t p = in * h + h * h + h * out;  // the MLP trunk every head has
   if (s.kind == "flow") p += 2 * d * d + out * h;  // attention pooling and the noisy chunk's input
   // Token queries: each widens the trunk's input by d and attends over the tokens (2 d per
-  // token; counted at 256 tokens, more than the built-in backbones' sequences).
-  p += s.token_queries * (d * h + 2 * d * 256);
+  // token), counted at more tokens than the built-in backbones' sequences have.
+  constexpr std::int64_t kTokensCounted = 256;
+  p += s.token_queries * (d * h + 2 * d * kTokensCounted);
   return p;
 }
 
