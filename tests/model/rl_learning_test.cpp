@@ -124,7 +124,7 @@ constexpr int kEvalEpisodes = 100;
 constexpr double kOverNearest = 0.0;
 constexpr double kInstructionUse = 0.25;
 constexpr double kGrpoReturnGain = 1.0;    // GRPO's greedy mean return over the starting policy's
-constexpr double kGrpoSuccessGain = 0.08;  // and its greedy success
+constexpr double kGrpoSuccessGain = 0.03;  // and its greedy success
 std::uint64_t eval_seed0() { return 70000 + 1000 * test::test_seed(); }
 std::vector<std::uint64_t> eval_seeds() {
   std::vector<std::uint64_t> seeds;
