@@ -2,7 +2,14 @@
 // for an RL job (PPO or GRPO on a built-in task: the daemon runs the rollouts in its Environment
 // Service and the updates in its model service), prints progress, and ends with one JSON line.
 // Evaluate the result with eval_tenant --version <final version>.
+//
+// With --demos FILE (demonstrations of the task, e.g. `nexusctl dataset record --task push`) the
+// head is first warm-started by --warm-start-steps SFT steps on them, and the RL job keeps them
+// in its loss with --demo-weight (DAPG's behaviour-cloning term): what push needs, whose policy
+// learns nothing from scratch in a few dozen updates (docs/design/env-rl.md).
+#include <cmath>
 #include <cstdio>
+#include <string>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -15,6 +22,8 @@ int main(int argc, char** argv) {
   nexus::RlOptions rl;
   double lr = 1e-3;
   int report_every = 2;
+  std::string demos;
+  int warm_start_steps = 3000;
   app.add_option("-s,--socket", opt.socket_path, "nexusd control socket");
   app.add_option("-t,--tenant", opt.tenant, "tenant name")->required();
   app.add_option("--algorithm", rl.algorithm, "ppo or grpo");
@@ -27,6 +36,11 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "the head's learning rate");
   app.add_option("--seed", rl.seed, "head initialisation and episode seeds");
   app.add_option("--report-every", report_every, "a progress line every N seconds (0: none)");
+  app.add_option("--demos", demos, "demonstrations of the task (.hdf5): warm start and behaviour-cloning term");
+  app.add_option("--warm-start-steps", warm_start_steps, "with --demos: SFT steps of 32 before RL")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--demo-weight", rl.demo_weight, "with --demos: the behaviour-cloning term's weight (0: none)")
+      ->check(CLI::Range(0.0, 100.0));
   CLI11_PARSE(app, argc, argv);
   opt.timeout = std::chrono::seconds(60);  // starting a job opens its sessions: seconds on a busy box
   try {
@@ -36,25 +50,42 @@ int main(int argc, char** argv) {
     spec.optimizer.lr = lr;
     spec.seed = rl.seed;
     client->register_tenant(spec);
+    double warm_loss = NAN;
+    if (!demos.empty()) {
+      nexus::DatasetOptions data;
+      data.seed = rl.seed;
+      client->dataset_load("demos", demos, data);
+      for (int step = 1; step <= warm_start_steps; ++step) {
+        warm_loss = client->dataset_sft_step("demos", 32, 1).loss;
+        if (report_every > 0 && (step % 500 == 0 || step == warm_start_steps))
+          std::fprintf(stderr, "[%s] warm start on %s: SFT step %d/%d  loss %.4f\n", opt.tenant.c_str(), demos.c_str(),
+                       step, warm_start_steps, warm_loss);
+      }
+      if (rl.demo_weight > 0) rl.demo_dataset = "demos";
+    }
     const auto first = client->rl_start(rl);
     nexus::RlStatus s;
     for (int tick = 1;; ++tick) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
       s = client->rl_status();
       if (s.state == "running" && (report_every <= 0 || tick % report_every != 0)) continue;
-      std::fprintf(stderr, "[%s] %s %s it %d/%d v%llu  %.0f steps/s  success %.2f  return %.2f  loss %.4f\n",
+      std::fprintf(stderr, "[%s] %s %s it %d/%d v%llu  %.0f steps/s  success %.2f  return %.2f  loss %.4f%s\n",
                    opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.iterations, rl.iterations,
                    static_cast<unsigned long long>(s.version), s.env_steps / std::max(1e-9, s.seconds),
-                   s.recent_success, s.recent_return, s.policy_loss);
+                   s.recent_success, s.recent_return, s.policy_loss,
+                   rl.demo_weight > 0 ? ("  demos " + std::to_string(s.demo_loss).substr(0, 6)).c_str() : "");
       if (s.state != "running") break;
     }
     std::printf("{\"tenant\":\"%s\",\"algorithm\":\"%s\",\"task\":\"%s\",\"state\":\"%s\",\"error\":\"%s\","
                 "\"iterations\":%d,\"first_version\":%llu,\"version\":%llu,\"env_steps\":%llu,\"episodes\":%llu,"
-                "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,\"seconds\":%.1f}\n",
+                "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,\"seconds\":%.1f,"
+                "\"warm_start_steps\":%d,\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f}\n",
                 opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
                 s.iterations, static_cast<unsigned long long>(first), static_cast<unsigned long long>(s.version),
                 static_cast<unsigned long long>(s.env_steps), static_cast<unsigned long long>(s.episodes),
-                s.recent_success, s.recent_return, static_cast<unsigned long long>(s.records_dropped), s.seconds);
+                s.recent_success, s.recent_return, static_cast<unsigned long long>(s.records_dropped), s.seconds,
+                demos.empty() ? 0 : warm_start_steps, std::isnan(warm_loss) ? "null" : std::to_string(warm_loss).c_str(),
+                rl.demo_weight, s.demo_loss);
     return s.state == "done" ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rl_tenant %s: %s\n", opt.tenant.c_str(), e.what());

@@ -2,7 +2,8 @@
 # The README's main command: set-up, then the reference scenario. nexusd holds one frozen,
 # pretrained backbone; four lab members work on it at once:
 #   alice  PPO on reach       (the daemon runs her rollouts and updates: an RL job)
-#   bob    PPO on push
+#   bob    PPO on push, warm-started on 200 recorded push demonstrations and keeping them in
+#          its loss (DAPG's behaviour-cloning term): from scratch push learns nothing in 60 updates
 #   carol  GRPO on reach
 #   erin   SFT on 200 recorded demonstrations of reach (her own process feeds the batches)
 # Their requests (rollout steps, SFT batches) are group-batched into shared backbone passes.
@@ -15,6 +16,7 @@ bin=$here/build/release
 weights=$here/weights/backbone-tiny.safetensors  # committed: the embedded default
 sft_steps=${NEXUS_DEMO_SFT_STEPS:-2000}
 ppo_iterations=${NEXUS_DEMO_PPO_ITERATIONS:-100}
+warm_steps=${NEXUS_DEMO_WARM_STEPS:-2000}
 run=$(mktemp -d /tmp/nexus-demo-XXXXXX)
 chmod 755 "$run"
 sock=$run/nexusd.sock
@@ -31,10 +33,12 @@ echo "== starting nexusd: tiny backbone, pretrained weights $weights"
 daemon_pid=$!
 for _ in $(seq 200); do "$bin/client/nexusctl" -s "$sock" status >/dev/null 2>&1 && break; sleep 0.05; done
 
-echo "== recording 200 demonstrations of the MuJoCo reach task from its scripted expert (for erin)"
+echo "== recording 200 demonstrations of the MuJoCo reach task (for erin) and of push (for bob) from their scripted experts"
 "$bin/client/nexusctl" dataset record --task reach --episodes 200 --out "$run/reach.hdf5" | tail -1
+"$bin/client/nexusctl" dataset record --task push --episodes 200 --out "$run/push.hdf5" | tail -1
 
-echo "== four tenants at once: alice PPO reach ($ppo_iterations updates), bob PPO push, carol GRPO reach,"
+echo "== four tenants at once: alice PPO reach ($ppo_iterations updates), bob PPO push (warm start: $warm_steps SFT"
+echo "   steps of 32 on the push demonstrations, then 60 updates keeping them in the loss), carol GRPO reach,"
 echo "   erin SFT on the demonstrations ($sft_steps steps of 32)"
 pids=()
 rl() {  # name algorithm task iterations [extra args]
@@ -44,7 +48,7 @@ rl() {  # name algorithm task iterations [extra args]
   pids+=($!)
 }
 rl alice ppo reach "$ppo_iterations"
-rl bob ppo push 60 --seed 2
+rl bob ppo push 60 --seed 2 --demos "$run/push.hdf5" --warm-start-steps "$warm_steps" --demo-weight 1
 rl carol grpo reach 40 --sessions 32 --group-size 4 --seed 3
 "$bin/examples/sft_demos_tenant" -s "$sock" -t erin --dataset "$run/reach.hdf5" --steps "$sft_steps" \
   --batch 32 --report-every 100 >"$run/erin.json" 2>"$run/erin.log" &
@@ -84,11 +88,12 @@ def load(name):
     p = os.path.join(run, name)
     return json.load(open(p)) if os.path.exists(p) else None
 print(f"{'tenant':7} {'work':16} {'updates':>8} {'env steps':>10} {'success before -> after':>24} {'unchanged by eval':>18}")
-for name, work in [("alice", "PPO reach"), ("bob", "PPO push"), ("carol", "GRPO reach")]:
+for name, work in [("alice", "PPO reach"), ("bob", "PPO push +demos"), ("carol", "GRPO reach")]:
     job, before, after = load(name + ".json"), load(name + "-before.json"), load(name + "-after.json")
     print(f"{name:7} {work:16} {job['iterations']:8d} {job['env_steps']:10d} "
           f"{100 * before['success_rate']:10.0f}% -> {100 * after['success_rate']:4.0f}%      "
           f"{'yes' if before['unchanged'] and after['unchanged'] else 'NO':>12}")
+print("        (bob's 'before' is his warm start on the push demonstrations: the version his RL job started from)")
 sft, after = load("erin.json"), load("erin-after.json")
 print(f"{'erin':7} {'SFT demos reach':16} {sft['steps']:8d} {'-':>10} {'0% (untrained) ->':>17} {100 * after['success_rate']:4.0f}%      "
       f"{'yes' if after['unchanged'] else 'NO':>12}")

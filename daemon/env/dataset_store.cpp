@@ -135,6 +135,7 @@ SampledBatch DatasetStore::sample(const std::string& tenant, const std::string& 
     }
   }
   if (d->normalizer) {
+    b.normalized = true;
     d->normalizer->state.normalize(b.state.data(), b.state.size());
     d->normalizer->action.normalize(b.actions.data(), b.actions.size());
   }

@@ -59,6 +59,7 @@ struct LoadedDataset {
 // when the dataset was loaded with normalize.
 struct SampledBatch {
   std::int64_t n = 0, chunk = 0, views = 1, image_size = 0, max_tokens = 0, state_dim = 0, action_dim = 0;
+  bool normalized = false;  // state and actions in the dataset's normalised units
   std::vector<std::uint8_t> images, mask;
   std::vector<std::int32_t> tokens;
   std::vector<float> state, actions;

@@ -48,10 +48,11 @@ struct JobRegistry::Job {
 };
 
 // RL runs (jobs_rl.cpp): started with the tenant's policy port; progress as a JobInfo.
-// Its loops are roles "job-<id>-rollout" and "job-<id>-update" of `health` (optional).
+// Its loops are roles "job-<id>-rollout" and "job-<id>-update" of `health` (optional). A
+// demo_dataset is sampled from `datasets` (this tenant's) for the behaviour-cloning term.
 std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const wire::RlStartRequest& r,
                                                   model::ModelService& model, env::EnvService& envs,
-                                                  HealthManager* health, std::uint64_t id, const JobLimits& limits,
+                                                  env::DatasetStore& datasets, HealthManager* health, std::uint64_t id, const JobLimits& limits,
                                                   std::uint64_t& first_version);  // throws std::runtime_error
 void rl_progress(const RlRun& run, JobInfo& info);  // fills state, counts, losses
 void rl_stop(RlRun& run);

@@ -149,7 +149,7 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   job->info.total = r.iterations();
   std::uint64_t first = 0;
   try {  // opens sessions and publishes the starting version: outside the registry's lock
-    job->rl = start_rl_run(tenant, r, model_, envs_, health_, id, limits_, first);
+    job->rl = start_rl_run(tenant, r, model_, envs_, datasets_, health_, id, limits_, first);
   } catch (const std::exception& e) {
     return JobRefused{wire::ErrorCode::JobFailed, e.what()};
   }

@@ -21,9 +21,40 @@ class RlRun {
 
 void RlRunDeleter::operator()(RlRun* run) const { delete run; }
 
+namespace {
+
+// The behaviour-cloning term's demonstrations: batches the Environment Service's dataset side
+// samples from the tenant's own loaded file (the RL job checks that they fit the task).
+rl::DemoConfig demo_config(const std::string& tenant, const wire::RlStartRequest& r, env::DatasetStore& datasets,
+                           std::int64_t max_tokens) {
+  rl::DemoConfig d;
+  d.weight = r.demo_weight(), d.batch = r.demo_batch();
+  const std::string name = r.demo_dataset() ? r.demo_dataset()->str() : "";
+  if (d.weight == 0 && name.empty()) return d;
+  if (name.empty()) throw std::runtime_error("demo_weight needs demo_dataset: a dataset this tenant loaded");
+  d.sample = [&datasets, tenant, name, max_tokens](std::int64_t n) {
+    auto b = std::make_shared<env::SampledBatch>(datasets.sample(tenant, name, n, /*chunk=*/1, max_tokens));
+    // RL acts in the simulator's units: normalised demonstrations would pull the head elsewhere.
+    if (b->normalized) throw std::runtime_error("demo_dataset '" + name + "' was loaded with normalize: load it without");
+    // Views over the batch's vectors; the batch lives as long as any of them (their deleter holds it).
+    auto view = [&b](void* data, std::vector<std::int64_t> shape, torch::ScalarType type) {
+      return torch::from_blob(data, shape, [b](void*) {}, torch::TensorOptions().dtype(type));
+    };
+    const auto s = b->image_size;
+    return rl::DemoBatch{view(b->images.data(), {n, b->views, s, s, 3}, torch::kUInt8),
+                         view(b->tokens.data(), {n, b->max_tokens}, torch::kInt32),
+                         view(b->mask.data(), {n, b->max_tokens}, torch::kUInt8),
+                         view(b->state.data(), {n, b->state_dim}, torch::kFloat32),
+                         view(b->actions.data(), {n, 1, b->action_dim}, torch::kFloat32)};
+  };
+  return d;
+}
+
+}  // namespace
+
 std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const wire::RlStartRequest& r,
                                                   model::ModelService& model, env::EnvService& envs,
-                                                  HealthManager* health, std::uint64_t id, const JobLimits& limits,
+                                                  env::DatasetStore& datasets, HealthManager* health, std::uint64_t id, const JobLimits& limits,
                                                   std::uint64_t& first_version) {
   rl::RlConfig c;
   c.algorithm = r.algorithm()->str();
@@ -34,6 +65,7 @@ std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, con
   c.update = {r.epochs(), r.minibatch(), r.clip(), r.gamma(), r.lambda(), r.entropy(), 0.5, r.value_lr()};
   if (c.iterations > 100000 || c.update.epochs > 32 || c.update.minibatch > 4096)
     throw std::runtime_error("iterations <= 100000, epochs <= 32, minibatch <= 4096");
+  c.demos = demo_config(tenant, r, datasets, model.backbone().max_tokens);
   const rl::RlSupervision supervision{health, "job-" + std::to_string(id), limits.heartbeat, limits.inject_rl_throw,
                                       limits.inject_rl_hang};
   std::unique_ptr<RlRun, RlRunDeleter> run(new RlRun(tenant, std::move(c), model, envs, supervision));
@@ -50,7 +82,8 @@ void rl_progress(const RlRun& run, JobInfo& info) {
   info.success_rate = p.recent_success;
   info.mean_return = p.recent_return;
   info.version = p.version;
-  info.rl = {p.first_version, p.env_steps, p.episodes, p.records_dropped, p.records_downweighted, p.value_loss, p.entropy};
+  info.rl = {p.first_version, p.env_steps, p.episodes, p.records_dropped, p.records_downweighted, p.value_loss, p.entropy,
+             p.demo_loss};
 }
 
 void rl_stop(RlRun& run) { run.job().stop(); }

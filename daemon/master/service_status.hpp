@@ -25,7 +25,7 @@ struct JobInfo {
   double seconds = 0;        // running time so far
   struct Rl {                // rl jobs only
     std::uint64_t first_version = 0, env_steps = 0, episodes = 0, records_dropped = 0, records_downweighted = 0;
-    double value_loss = 0, entropy = 0;
+    double value_loss = 0, entropy = 0, demo_loss = 0;
   } rl;
 };
 

@@ -44,19 +44,25 @@ torch::Tensor clipped_surrogate(const torch::Tensor& log_prob, const torch::Tens
   return torch::min(ratio * advantage, torch::clamp(ratio, 1 - clip, 1 + clip) * advantage);
 }
 
+torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device) {
+  const model::VLAFeature f{{}, demos.pooled.to(device), {}};
+  auto out = model::gaussian_outputs(head, f, demos.state.to(device));
+  return -model::gaussian_log_prob(out, demos.actions.to(device)).mean() / demos.actions.size(-1);
+}
+
 namespace {
 
 // The clipped surrogate over flattened samples with per-sample advantages; shared by both.
 UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& pooled, const torch::Tensor& state,
                            const torch::Tensor& actions, const torch::Tensor& old_log_prob, const torch::Tensor& adv,
                            const UpdateConfig& c, double weight, at::Generator& gen,
-                           const std::function<double(const torch::Tensor&)>& value_step) {
+                           const std::function<double(const torch::Tensor&)>& value_step, const DemoTerm* demos) {
   UpdateStats s;
   const auto n = pooled.size(0);
   const model::VLAFeature none{};  // gaussian heads read only pooled: see Rollout
   // Progress figures summed where the head is, in double, and read once at the end: the
   // minibatch's one host synchronisation is its step's (tenant_slot.cpp).
-  torch::Tensor clipped_sum, entropy_sum;
+  torch::Tensor clipped_sum, entropy_sum, demo_sum;
   auto add = [](torch::Tensor& sum, const torch::Tensor& x) {
     auto d = x.detach().to(torch::kDouble);
     sum = sum.defined() ? sum + d : d;
@@ -78,7 +84,11 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
         auto ent = model::gaussian_entropy(out);
         add(clipped_sum, ((torch::exp(lp - old) - 1).abs() > c.clip).to(torch::kFloat32).mean());
         add(entropy_sum, ent);
-        return weight * (-surrogate.mean() - c.entropy * ent);
+        auto loss = weight * (-surrogate.mean() - c.entropy * ent);
+        if (demos == nullptr) return loss;
+        auto bc = demo_term(head, *demos, slot.device());
+        add(demo_sum, bc);
+        return loss + demos->weight * bc;
         });
       });
       s.policy_loss += step.loss;
@@ -89,6 +99,7 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
   if (s.minibatches > 0) {
     s.clip_fraction = clipped_sum.item<double>();  // sums: divided below
     s.entropy = entropy_sum.item<double>();
+    if (demo_sum.defined()) s.demo_loss = demo_sum.item<double>() / s.minibatches;
     s.policy_loss /= s.minibatches;
     s.value_loss /= s.minibatches;
     s.entropy /= s.minibatches;
@@ -102,7 +113,8 @@ torch::Tensor flat(const torch::Tensor& t) { return t.flatten(0, 1); }  // [T, n
 }  // namespace
 
 UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim::Optimizer& value_opt,
-                       const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen) {
+                       const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen,
+                       const DemoTerm* demos) {
   torch::Tensor adv, ret;
   {
     torch::NoGradGuard ng;
@@ -129,18 +141,19 @@ UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim
     value_opt.step();
     return loss.item<double>();
   };
-  return clipped_epochs(on_slot, pooled, state, flat(r.actions), flat(r.log_prob), a, c, weight, gen, value_step);
+  return clipped_epochs(on_slot, pooled, state, flat(r.actions), flat(r.log_prob), a, c, weight, gen, value_step,
+                        demos);
 }
 
 UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const UpdateConfig& c, double weight,
-                        at::Generator& gen) {
+                        at::Generator& gen, const DemoTerm* demos) {
   // Every live step of an episode carries its episode's group-relative advantage.
   auto per_session = group_relative(r.episode_return, r.group_size);          // [n]
   auto adv = per_session.unsqueeze(0).expand_as(r.reward).contiguous();        // [T, n]
   auto live = flat(r.alive).nonzero().squeeze(1);
   auto pick = [&](const torch::Tensor& t) { return flat(t).index_select(0, live); };
   return clipped_epochs(on_slot, pick(r.pooled), pick(r.state), pick(r.actions), pick(r.log_prob), pick(adv), c, weight,
-                        gen, {});
+                        gen, {}, demos);
 }
 
 }  // namespace nexus::rl

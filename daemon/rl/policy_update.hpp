@@ -50,8 +50,23 @@ torch::Tensor group_relative(const torch::Tensor& episode_return, std::int64_t g
 torch::Tensor clipped_surrogate(const torch::Tensor& log_prob, const torch::Tensor& old_log_prob,
                                 const torch::Tensor& advantage, double clip);
 
+// Demonstration steps for DAPG's behaviour-cloning term (Rajeswaran et al., RSS 2018): their
+// negated log-likelihood under the head, times `weight`, joins every minibatch's policy loss, so
+// a policy warm-started on the demonstrations stays near them while PPO's early, noisy gradients
+// (a critic that starts untrained) would otherwise walk it away (docs/design/env-rl.md, push).
+struct DemoTerm {
+  torch::Tensor pooled;   // [m, D] the backbone's features of the demonstration frames
+  torch::Tensor state;    // [m, S]
+  torch::Tensor actions;  // [m, 1, A] the demonstrator's
+  double weight = 0;
+};
+// The term for one minibatch: weight x the demonstrations' mean negated log-likelihood per
+// action dimension (the gaussian head's SFT loss). Its own function for tests.
+torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device);
+
 struct UpdateStats {
   double policy_loss = 0, value_loss = 0, entropy = 0, clip_fraction = 0;
+  double demo_loss = 0;  // the behaviour-cloning term's mean (before its weight); 0 without one
   int minibatches = 0;
 };
 
@@ -61,10 +76,12 @@ struct UpdateStats {
 // the caller's thread: the slot is all the executor owns.
 using SlotRunner = std::function<void(const std::function<void(model::TenantSlot&)>&)>;
 
-// weight scales the policy loss (staleness downweighting); 1 for fresh records.
+// weight scales the policy loss (staleness downweighting); 1 for fresh records. demos: the
+// behaviour-cloning term, or null for none.
 UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim::Optimizer& value_opt,
-                       const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen);
+                       const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen,
+                       const DemoTerm* demos = nullptr);
 UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const UpdateConfig& c, double weight,
-                        at::Generator& gen);
+                        at::Generator& gen, const DemoTerm* demos = nullptr);
 
 }  // namespace nexus::rl

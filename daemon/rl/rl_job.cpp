@@ -2,6 +2,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <optional>
+
 #include "daemon/rl/rl_observer.hpp"
 
 namespace nexus::rl {
@@ -27,6 +29,8 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
   if (!(c.update.clip > 0 && c.update.clip < 1) || !(c.update.gamma > 0 && c.update.gamma <= 1) ||
       !(c.update.lambda >= 0 && c.update.lambda <= 1) || !(c.update.entropy >= 0) || !(c.update.value_lr > 0))
     throw std::runtime_error("clip (0,1), gamma (0,1], lambda [0,1], entropy >= 0, value_lr > 0");
+  if (!(c.demos.weight >= 0 && c.demos.weight <= 100) || c.demos.batch < 1 || c.demos.batch > 1024)
+    throw std::runtime_error("demo weight must be 0..100 and demo batch 1..1024");
   auto opened = envs_.open(tenant_, c.task, c.sessions, static_cast<int>(policy_.image_size()), c.max_steps);
   sessions_ = opened.ids;
   spec_ = opened.spec;
@@ -34,6 +38,7 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
     if (c.algorithm == "grpo" && static_cast<long>(c.sessions) * spec_.max_steps > kMaxRecordSteps)
       throw std::runtime_error("grpo: sessions x episode limit must be <= " + std::to_string(kMaxRecordSteps) +
                                " steps per record");
+    if (uses_demos()) check_demos();
     // The slot must be a gaussian head taking this task's proprio state, one action per step.
     policy_.with_slot([&](model::TenantSlot& slot) {
       const auto& h = slot.head().spec();
@@ -146,6 +151,28 @@ void RlJob::loop_failed(daemon::Role* role, std::uint64_t generation, const std:
     role->failed(why, generation);
   else
     fail(why);
+}
+
+void RlJob::check_demos() const {
+  const auto d = config_.demos.sample(1);
+  const auto size = policy_.image_size();
+  auto shaped = [](const torch::Tensor& t, std::vector<std::int64_t> shape) {
+    return t.defined() && t.sizes() == c10::IntArrayRef(shape);
+  };
+  if (!shaped(d.images, {1, 1, size, size, 3}) || d.images.scalar_type() != torch::kUInt8)
+    throw std::runtime_error("demonstrations must have one camera view (RL acts on one)");
+  if (!shaped(d.state, {1, spec_.state_dim}) || !shaped(d.actions, {1, 1, spec_.action_dim}))
+    throw std::runtime_error("demonstrations for " + config_.task + " need state_dim " + std::to_string(spec_.state_dim) +
+                             " and action_dim " + std::to_string(spec_.action_dim) + ", got state " +
+                             std::to_string(d.state.size(-1)) + " and actions " + std::to_string(d.actions.size(-1)));
+}
+
+DemoTerm RlJob::draw_demos() {
+  auto d = config_.demos.sample(config_.demos.batch);
+  // The backbone's features of the frames: a prediction's pass (Inference Queue, grouped); the
+  // actions it samples are not used.
+  auto acted = policy_.act(d.images, d.tokens, d.mask, d.state);
+  return {acted.pooled, d.state, d.actions, config_.demos.weight};
 }
 
 void RlJob::produce(std::uint64_t generation) {
@@ -330,9 +357,13 @@ void RlJob::consume(std::uint64_t generation) {
         if (stop_) throw StopRequested{};
         policy_.with_slot(fn);
       };
-      const UpdateStats stats = config_.algorithm == "ppo"
-                                    ? ppo_update(on_slot, value_, *value_opt_, *record, config_.update, weight, shuffle_)
-                                    : grpo_update(on_slot, *record, config_.update, weight, shuffle_);
+      std::optional<DemoTerm> demos;
+      if (uses_demos()) demos = draw_demos();
+      const DemoTerm* term = demos ? &*demos : nullptr;
+      const UpdateStats stats =
+          config_.algorithm == "ppo"
+              ? ppo_update(on_slot, value_, *value_opt_, *record, config_.update, weight, shuffle_, term)
+              : grpo_update(on_slot, *record, config_.update, weight, shuffle_, term);
       if (superseded()) return;  // the update it finished is its successor's to publish or redo
       policy_.with_slot([&](model::TenantSlot& slot) { version = slot.publish(); });
       ++it;
@@ -342,6 +373,7 @@ void RlJob::consume(std::uint64_t generation) {
       progress_.policy_loss = stats.policy_loss;
       progress_.value_loss = stats.value_loss;
       progress_.entropy = stats.entropy;
+      progress_.demo_loss = stats.demo_loss;
       if (weight < 1) ++progress_.records_downweighted;
     }
     if (superseded()) return;

@@ -42,6 +42,18 @@ using PolicyPort = model::PolicyPort;
 // episode limit): bounds a job's memory in the daemon.
 inline constexpr long kMaxRecordSteps = 65536;
 
+// Demonstrations for the behaviour-cloning term (policy_update.hpp, DemoTerm), n steps at a time
+// in the layouts of PolicyPort::act (images uint8 [n, 1, H, W, 3], tokens int32 and mask uint8
+// [n, T], state float [n, S]) with the demonstrator's actions float [n, 1, A].
+struct DemoBatch {
+  torch::Tensor images, tokens, mask, state, actions;
+};
+struct DemoConfig {
+  std::function<DemoBatch(std::int64_t n)> sample;  // empty (or weight 0): no term
+  double weight = 0;                                // 0..100
+  int batch = 128;  // steps drawn (one backbone pass) for each update, shared by its minibatches
+};
+
 struct RlConfig {
   std::string algorithm = "ppo";  // ppo or grpo
   std::string task = "reach";
@@ -54,6 +66,7 @@ struct RlConfig {
   int queue_capacity = 2;
   Staleness staleness;
   UpdateConfig update;
+  DemoConfig demos;
 };
 
 struct RlProgress {
@@ -68,6 +81,7 @@ struct RlProgress {
   std::uint64_t truncated_episodes = 0, truncations_kept = 0;
   double recent_success = 0, recent_return = 0;  // over the last 100 training episodes
   double policy_loss = 0, value_loss = 0, entropy = 0;
+  double demo_loss = 0;            // the behaviour-cloning term (before its weight); 0 without
   std::uint64_t records_dropped = 0, records_downweighted = 0;
   double seconds = 0;
 };
@@ -106,6 +120,9 @@ class RlJob {
   void loop_failed(daemon::Role* role, std::uint64_t generation, const std::string& why);
   void fail(const std::string& why);
   void episode_ended(bool success, float episode_return, bool truncated = false);
+  bool uses_demos() const { return config_.demos.sample && config_.demos.weight > 0; }
+  void check_demos() const;  // the constructor's: one sampled step must fit the task and backbone
+  DemoTerm draw_demos();     // one update's demonstration steps, with their features
   struct Observer;
 
   const std::string tenant_;

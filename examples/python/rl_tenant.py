@@ -4,6 +4,10 @@ RL job (PPO or GRPO on a built-in task, or "NAME:task" of an external simulator 
 point_env.py): the daemon runs the rollouts and the updates; this prints progress and one JSON line.
 
     python examples/python/rl_tenant.py -s /tmp/nexus.sock -t dana --algorithm ppo --task reach --iterations 100
+
+With --demos FILE (demonstrations of the task, e.g. `nexusctl dataset record --task push`) the head is
+first warm-started by --warm-start-steps SFT steps on them, and the job keeps them in its loss with
+--demo-weight (DAPG's behaviour-cloning term), as examples/rl_tenant does.
 """
 import argparse
 import json
@@ -28,6 +32,9 @@ def main():
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--report-every", type=float, default=2.0, help="seconds between progress lines (0: none)")
+    p.add_argument("--demos", help="demonstrations of the task (.hdf5): warm start and behaviour-cloning term")
+    p.add_argument("--warm-start-steps", type=int, default=3000, help="with --demos: SFT steps of 32 before RL")
+    p.add_argument("--demo-weight", type=float, default=0.0, help="with --demos: the term's weight (0: none)")
     a = p.parse_args()
     options = nexus.RlOptions(algorithm=a.algorithm, task=a.task, iterations=a.iterations, sessions=a.sessions,
                               horizon=a.horizon, group_size=a.group_size, max_staleness=a.max_staleness, seed=a.seed)
@@ -36,6 +43,13 @@ def main():
             c.register(nexus.TenantSpec(seed=a.seed, optimizer=nexus.OptimizerSpec(lr=a.lr),
                                         head=nexus.HeadSpec(kind="gaussian", state_dim=a.state_dim, action_dim=2,
                                                             chunk=1)))
+            warm_loss = None
+            if a.demos:
+                c.dataset_load("demos", a.demos, seed=a.seed)
+                for _ in range(a.warm_start_steps):
+                    warm_loss = c.dataset_sft_step("demos", 32, 1).loss
+                if a.demo_weight > 0:
+                    options.demo_dataset, options.demo_weight = "demos", a.demo_weight
             first = c.rl_start(options)
             last_report = time.monotonic()
             while True:
@@ -53,7 +67,9 @@ def main():
                               "error": s.error, "iterations": s.iterations, "first_version": first,
                               "version": s.version, "env_steps": s.env_steps, "episodes": s.episodes,
                               "recent_success": s.recent_success, "recent_return": s.recent_return,
-                              "records_dropped": s.records_dropped, "seconds": s.seconds}))
+                              "records_dropped": s.records_dropped, "seconds": s.seconds,
+                              "warm_start_steps": a.warm_start_steps if a.demos else 0,
+                              "warm_start_loss": warm_loss, "demo_weight": a.demo_weight, "demo_loss": s.demo_loss}))
             return 0 if s.state == "done" else 1
     except nexus.Error as e:
         print(f"rl_tenant.py {a.tenant}: {e}", file=sys.stderr)

@@ -104,7 +104,8 @@ void bind_env_records(py::module_& m) {
       .field("minibatch", &RlOptions::minibatch).field("clip", &RlOptions::clip).field("gamma", &RlOptions::gamma)
       .field("gae_lambda", &RlOptions::lambda).field("entropy", &RlOptions::entropy).field("value_lr", &RlOptions::value_lr)
       .field("max_staleness", &RlOptions::max_staleness).field("downweight_stale", &RlOptions::downweight_stale)
-      .field("queue_capacity", &RlOptions::queue_capacity);
+      .field("queue_capacity", &RlOptions::queue_capacity).field("demo_dataset", &RlOptions::demo_dataset)
+      .field("demo_weight", &RlOptions::demo_weight).field("demo_batch", &RlOptions::demo_batch);
   Record<RlStatus>(m, "RlStatus", "An RL job's progress: state running, done, failed or stopped.")
       .field("state", &RlStatus::state).field("error", &RlStatus::error).field("iterations", &RlStatus::iterations)
       .field("version", &RlStatus::version).field("first_version", &RlStatus::first_version)
@@ -112,7 +113,8 @@ void bind_env_records(py::module_& m) {
       .field("recent_success", &RlStatus::recent_success).field("recent_return", &RlStatus::recent_return)
       .field("policy_loss", &RlStatus::policy_loss).field("value_loss", &RlStatus::value_loss)
       .field("entropy", &RlStatus::entropy).field("records_dropped", &RlStatus::records_dropped)
-      .field("records_downweighted", &RlStatus::records_downweighted).field("seconds", &RlStatus::seconds);
+      .field("records_downweighted", &RlStatus::records_downweighted).field("seconds", &RlStatus::seconds)
+      .field("demo_loss", &RlStatus::demo_loss);
   Record<JobSpec>(m, "JobSpec", "A job the daemon runs for you: sft on a loaded dataset, or eval of a version.")
       .field("kind", &JobSpec::kind).field("dataset", &JobSpec::dataset).field("steps", &JobSpec::steps)
       .field("batch", &JobSpec::batch).field("chunk", &JobSpec::chunk).field("task", &JobSpec::task)

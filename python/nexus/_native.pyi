@@ -105,6 +105,9 @@ class RlOptions:
     max_staleness: int
     downweight_stale: bool
     queue_capacity: int
+    demo_dataset: str  # a loaded dataset: DAPG's behaviour-cloning term
+    demo_weight: float  # its weight, 0..100 (0: none)
+    demo_batch: int  # demonstration steps per update
     def __init__(self, **fields: Any) -> None: ...
 
 class RlStatus:
@@ -123,6 +126,7 @@ class RlStatus:
     records_dropped: int
     records_downweighted: int
     seconds: float
+    demo_loss: float
 
 class JobSpec:
     kind: str

@@ -166,6 +166,62 @@ TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only, 
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }
 
+// DAPG's behaviour-cloning term through nexusd: the job samples the tenant's own loaded
+// demonstrations for every update (RlStatus::demo_loss), and a request for demonstrations it
+// cannot use is a typed error before anything starts.
+TEST_CASE("an RL job keeps the tenant's demonstrations in its loss, and bad demonstration requests are refused",
+          "[integration][model][rl][datasets]") {
+  TempDir dir;
+  const std::string push = dir.path + "/push.hdf5";
+  REQUIRE(run_json({nexusctl_path(), "dataset", "record", "--task", "push", "--episodes", "4", "--out", push}, dir,
+                   "record")
+              .first == 0);
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "warn"});
+  {
+    auto c = attach(daemon, "dana");
+    nexus::TenantSpec spec;
+    spec.head = {.kind = "gaussian", .state_dim = 4, .action_dim = 2, .chunk = 1};
+    c->register_tenant(spec);
+    c->dataset_load("plain", push);
+    nexus::DatasetOptions normalized;
+    normalized.normalize = true;
+    c->dataset_load("normalized", push, normalized);
+    auto start = [&](const std::string& dataset, double weight, std::int32_t batch = 16) {
+      return error_of([&] {
+        c->rl_start({.task = "push", .sessions = 2, .horizon = 4, .iterations = 1, .demo_dataset = dataset,
+                     .demo_weight = weight, .demo_batch = batch});
+      });
+    };
+    CHECK(start("", 1.0) == nexus::ErrorCode::JobFailed);             // a weight needs demonstrations
+    CHECK(start("missing", 1.0) == nexus::ErrorCode::JobFailed);      // not a dataset this tenant loaded
+    CHECK(start("normalized", 1.0) == nexus::ErrorCode::JobFailed);   // RL acts in the simulator's units
+    CHECK(start("plain", -1.0) == nexus::ErrorCode::JobFailed);
+    CHECK(start("plain", 101.0) == nexus::ErrorCode::JobFailed);
+    CHECK(start("plain", std::nan("")) == nexus::ErrorCode::JobFailed);
+    CHECK(start("plain", 1.0, 0) == nexus::ErrorCode::JobFailed);
+    CHECK(start("plain", 1.0, 5000) == nexus::ErrorCode::JobFailed);
+    // Another tenant's dataset of the same name is not this one's.
+    auto other = attach(daemon, "eve");
+    other->register_tenant(spec);
+    CHECK(error_of([&] {
+            other->rl_start({.task = "push", .sessions = 2, .horizon = 4, .iterations = 1, .demo_dataset = "plain",
+                             .demo_weight = 1.0});
+          }) == nexus::ErrorCode::JobFailed);
+  }
+  // rl_tenant --demos: a warm start on the file, then the job with the term in its loss.
+  const auto [rc, out] = run_json({NEXUS_TEST_RL_TENANT, "--socket", daemon.socket(), "--tenant", "bob", "--task", "push",
+                                   "--iterations", "3", "--sessions", "4", "--horizon", "8", "--demos", push,
+                                   "--warm-start-steps", "20", "--demo-weight", "0.5"},
+                                  dir, "rl-demos");
+  INFO(out.dump() << "\n" << read_file(dir.path + "/rl-demos.err"));
+  REQUIRE(rc == 0);
+  CHECK(out["state"] == "done");
+  CHECK(out["warm_start_steps"] == 20);
+  CHECK(out["warm_start_loss"].is_number());
+  CHECK(out["demo_loss"].get<double>() != 0);  // the term was computed on sampled demonstrations
+  CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+}
+
 TEST_CASE("an external environment killed mid-episode fails its sessions alone, and the tenant opens new ones",
           "[integration][model][env]") {
   TempDir dir;

@@ -10,6 +10,7 @@
 
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/tenant_slot.hpp"
+#include "expert_demos.hpp"
 #include "figures.hpp"
 #include "processes.hpp"
 #include "sim/task.hpp"
@@ -20,62 +21,6 @@ namespace {
 
 constexpr int kChunk = 4;
 constexpr int kEpisodes = 50;  // closed-loop evaluation episodes
-
-struct Demos {
-  torch::Tensor images, tokens, mask, state, actions;  // per step
-};
-
-Demos record(const std::string& task, int episodes, std::uint64_t seed0, const model::BackboneConfig& c) {
-  auto t = sim::make_task(task, {.image_size = static_cast<int>(c.image_size)});
-  std::vector<torch::Tensor> imgs, toks, masks, states, acts;
-  for (int e = 0; e < episodes; ++e) {
-    t->reset(seed0 + static_cast<std::uint64_t>(e));
-    std::vector<std::vector<float>> ep_actions;
-    std::vector<torch::Tensor> ep_imgs, ep_states;
-    while (!t->done()) {
-      auto img = torch::empty({1, c.image_size, c.image_size, 3}, torch::kUInt8);
-      t->render(img.data_ptr<std::uint8_t>());
-      ep_imgs.push_back(img);
-      const auto p = t->proprio();
-      ep_states.push_back(torch::tensor(p));
-      const auto a = t->expert_action();
-      ep_actions.push_back(a);
-      t->step(a);
-    }
-    const auto n = static_cast<std::int64_t>(ep_actions.size());
-    for (std::int64_t i = 0; i < n; ++i) {
-      auto chunk = torch::empty({kChunk, 2});
-      for (int k = 0; k < kChunk; ++k) {
-        const auto& a = ep_actions[static_cast<std::size_t>(std::min<std::int64_t>(i + k, n - 1))];
-        chunk[k][0] = a[0];
-        chunk[k][1] = a[1];
-      }
-      acts.push_back(chunk);
-      imgs.push_back(ep_imgs[static_cast<std::size_t>(i)]);
-      states.push_back(ep_states[static_cast<std::size_t>(i)]);
-      auto tok = torch::zeros({1, c.max_tokens}, torch::kInt32);
-      auto m = torch::zeros({1, c.max_tokens}, torch::kBool);
-      model::tokenize_into(t->instruction(), tok, m, 0);
-      toks.push_back(tok);
-      masks.push_back(m);
-    }
-  }
-  return {torch::stack(imgs), torch::cat(toks), torch::cat(masks), torch::stack(states), torch::stack(acts)};
-}
-
-model::VLAFeature features(model::VLABackbone& b, const Demos& d) {
-  torch::NoGradGuard ng;
-  std::vector<torch::Tensor> tok, pooled, m;
-  const auto n = d.images.size(0);
-  for (std::int64_t i = 0; i < n; i += 256) {
-    const auto len = std::min<std::int64_t>(256, n - i);
-    auto f = b->forward(d.images.narrow(0, i, len), d.tokens.narrow(0, i, len), d.mask.narrow(0, i, len));
-    tok.push_back(f.tokens);
-    pooled.push_back(f.pooled);
-    m.push_back(f.mask);
-  }
-  return {torch::cat(tok), torch::cat(pooled), torch::cat(m)};
-}
 
 // Closed loop: every step, render, run the backbone and the head, execute the chunk's first action.
 double success_rate(model::VLABackbone& b, model::TenantSlot& slot, const std::string& task, int episodes,
@@ -124,8 +69,8 @@ TEST_CASE("SFT on reach demonstrations lifts closed-loop success on the pretrain
   model::load_weights(*b, path);
   b->freeze();
   const std::uint64_t k = test::test_seed();  // every seed below derives from the variant
-  const auto demos = record("reach", 200, 1000 + 100000 * k, b->config());
-  const auto f = features(b, demos);
+  const auto demos = test::record_expert("reach", 200, 1000 + 100000 * k, b->config(), kChunk);
+  const auto f = test::demo_features(b, demos);
   const auto n = demos.actions.size(0);
   const std::string kind = "mlp_chunk";
   model::TenantSlot slot({.kind = kind, .state_dim = 4, .action_dim = 2, .chunk = kChunk, .hidden = 256},
@@ -170,10 +115,10 @@ TEST_CASE("token queries find push's goal in the feature tokens, which the poole
       t->step(t->expert_action());
     }
   }
-  Demos d{torch::stack(imgs), torch::zeros({static_cast<std::int64_t>(imgs.size()), c.max_tokens}, torch::kInt32),
+  test::ExpertDemos d{torch::stack(imgs), torch::zeros({static_cast<std::int64_t>(imgs.size()), c.max_tokens}, torch::kInt32),
           torch::zeros({static_cast<std::int64_t>(imgs.size()), c.max_tokens}, torch::kBool), {}, torch::stack(goals)};
   for (std::int64_t i = 0; i < d.tokens.size(0); ++i) model::tokenize_into(t->instruction(), d.tokens, d.mask, i);
-  const auto f = features(b, d);
+  const auto f = test::demo_features(b, d);
   const auto n = d.actions.size(0), cut = n * 8 / 10;  // held out: the last fifth (whole episodes but one)
   auto r2 = [&](std::int64_t queries) {
     model::TenantSlot slot({.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 256, .token_queries = queries},

@@ -68,6 +68,11 @@ struct RlOptions {
   std::int32_t max_staleness = 2;  // records older than this many versions are
   bool downweight_stale = false;   // dropped (false) or down-weighted (true)
   std::int32_t queue_capacity = 2; // Training Queue depth between rollouts and updates
+  // Demonstrations the policy should stay near (DAPG's behaviour-cloning term): a dataset this
+  // tenant loaded (dataset_load, one camera, not normalised), its weight (0: none) and steps per update.
+  std::string demo_dataset;
+  double demo_weight = 0;
+  std::int32_t demo_batch = 128;
 };
 
 struct RlStatus {
@@ -79,6 +84,7 @@ struct RlStatus {
   double recent_success = 0, recent_return = 0;  // training episodes (sampled actions), last 100
   double policy_loss = 0, value_loss = 0, entropy = 0;
   std::uint64_t records_dropped = 0, records_downweighted = 0;
+  double demo_loss = 0;  // the behaviour-cloning term's last value (0 without one)
   double seconds = 0;
 };
 
