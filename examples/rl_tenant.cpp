@@ -36,11 +36,14 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "the head's learning rate");
   app.add_option("--seed", rl.seed, "head initialisation and episode seeds");
   app.add_option("--report-every", report_every, "a progress line every N seconds (0: none)");
-  app.add_option("--demos", demos, "demonstrations of the task (.hdf5): warm start and behaviour-cloning term");
+  auto* demos_option =
+      app.add_option("--demos", demos, "demonstrations of the task (.hdf5): warm start and behaviour-cloning term");
   app.add_option("--warm-start-steps", warm_start_steps, "with --demos: SFT steps of 32 before RL")
-      ->check(CLI::Range(0, 1000000));
+      ->check(CLI::Range(0, 1000000))
+      ->needs(demos_option);
   app.add_option("--demo-weight", rl.demo_weight, "with --demos: the behaviour-cloning term's weight (0: none)")
-      ->check(CLI::Range(0.0, 100.0));
+      ->check(CLI::Range(0.0, 100.0))
+      ->needs(demos_option);
   CLI11_PARSE(app, argc, argv);
   opt.timeout = std::chrono::seconds(60);  // starting a job opens its sessions: seconds on a busy box
   try {

@@ -30,7 +30,7 @@ rl::DemoConfig demo_config(const std::string& tenant, const wire::RlStartRequest
   rl::DemoConfig d;
   d.weight = r.demo_weight(), d.batch = r.demo_batch();
   const std::string name = r.demo_dataset() ? r.demo_dataset()->str() : "";
-  if (d.weight == 0 && name.empty()) return d;
+  if (d.weight == 0 && name.empty()) return d;  // a named dataset is checked even at weight 0
   if (name.empty()) throw std::runtime_error("demo_weight needs demo_dataset: a dataset this tenant loaded");
   d.sample = [&datasets, tenant, name, max_tokens](std::int64_t n) {
     auto b = std::make_shared<env::SampledBatch>(datasets.sample(tenant, name, n, /*chunk=*/1, max_tokens));

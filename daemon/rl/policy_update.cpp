@@ -63,6 +63,7 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
   // Progress figures summed where the head is, in double, and read once at the end: the
   // minibatch's one host synchronisation is its step's (tenant_slot.cpp).
   torch::Tensor clipped_sum, entropy_sum, demo_sum;
+  std::int64_t demo_at = 0;
   auto add = [](torch::Tensor& sum, const torch::Tensor& x) {
     auto d = x.detach().to(torch::kDouble);
     sum = sum.defined() ? sum + d : d;
@@ -71,6 +72,16 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
     auto order = torch::randperm(n, gen, torch::kLong);
     for (std::int64_t at = 0; at < n; at += c.minibatch) {
       auto idx = order.narrow(0, at, std::min<std::int64_t>(c.minibatch, n - at));
+      // The demonstrations join with at most as many rows as the minibatch has, rotating through
+      // the update's batch: the term never costs more than the minibatch itself.
+      DemoTerm part;
+      if (demos) {
+        const auto rows = demos->pooled.size(0), m = std::min(rows, idx.size(0));
+        auto take = (torch::arange(m, torch::kLong) + demo_at) % rows;
+        demo_at = (demo_at + m) % rows;
+        part = {demos->pooled.index_select(0, take), demos->state.index_select(0, take),
+                demos->actions.index_select(0, take), demos->weight};
+      }
       model::StepResult step;
       on_slot([&](model::TenantSlot& slot) {
         // The rollout is on the host; the minibatch goes where the slot's head is.
@@ -86,9 +97,9 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
         add(entropy_sum, ent);
         auto loss = weight * (-surrogate.mean() - c.entropy * ent);
         if (demos == nullptr) return loss;
-        auto bc = demo_term(head, *demos, slot.device());
+        auto bc = demo_term(head, part, slot.device());
         add(demo_sum, bc);
-        return loss + demos->weight * bc;
+        return loss + part.weight * bc;
         });
       });
       s.policy_loss += step.loss;

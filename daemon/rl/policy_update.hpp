@@ -60,8 +60,9 @@ struct DemoTerm {
   torch::Tensor actions;  // [m, 1, A] the demonstrator's
   double weight = 0;
 };
-// The term for one minibatch: weight x the demonstrations' mean negated log-likelihood per
-// action dimension (the gaussian head's SFT loss). Its own function for tests.
+// The term for one minibatch, before its weight: the demonstrations' mean negated log-likelihood
+// per action dimension (the gaussian head's SFT loss). Each minibatch takes at most as many
+// demonstration rows as it has samples, rotating through the update's batch.
 torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device);
 
 struct UpdateStats {

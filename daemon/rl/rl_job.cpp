@@ -29,8 +29,13 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
   if (!(c.update.clip > 0 && c.update.clip < 1) || !(c.update.gamma > 0 && c.update.gamma <= 1) ||
       !(c.update.lambda >= 0 && c.update.lambda <= 1) || !(c.update.entropy >= 0) || !(c.update.value_lr > 0))
     throw std::runtime_error("clip (0,1), gamma (0,1], lambda [0,1], entropy >= 0, value_lr > 0");
-  if (!(c.demos.weight >= 0 && c.demos.weight <= 100) || c.demos.batch < 1 || c.demos.batch > 1024)
-    throw std::runtime_error("demo weight must be 0..100 and demo batch 1..1024");
+  // A demo batch is one act (at most 256 samples, as a rollout step of 256 sessions).
+  if (!(c.demos.weight >= 0 && c.demos.weight <= 100) || c.demos.batch < 1 || c.demos.batch > kMaxDemoBatch)
+    throw std::runtime_error("demo weight must be 0..100 and demo batch 1.." + std::to_string(kMaxDemoBatch));
+  // Named demonstrations are checked whatever the weight, and before any session opens: that the
+  // tenant loaded them, unnormalised, with one view (their widths once the task's are known).
+  DemoBatch probe;
+  if (c.demos.sample) check_demos(probe = c.demos.sample(1), 1);
   auto opened = envs_.open(tenant_, c.task, c.sessions, static_cast<int>(policy_.image_size()), c.max_steps);
   sessions_ = opened.ids;
   spec_ = opened.spec;
@@ -38,7 +43,7 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
     if (c.algorithm == "grpo" && static_cast<long>(c.sessions) * spec_.max_steps > kMaxRecordSteps)
       throw std::runtime_error("grpo: sessions x episode limit must be <= " + std::to_string(kMaxRecordSteps) +
                                " steps per record");
-    if (uses_demos()) check_demos();
+    if (c.demos.sample) check_demos(probe, 1);
     // The slot must be a gaussian head taking this task's proprio state, one action per step.
     policy_.with_slot([&](model::TenantSlot& slot) {
       const auto& h = slot.head().spec();
@@ -153,15 +158,15 @@ void RlJob::loop_failed(daemon::Role* role, std::uint64_t generation, const std:
     fail(why);
 }
 
-void RlJob::check_demos() const {
-  const auto d = config_.demos.sample(1);
+void RlJob::check_demos(const DemoBatch& d, std::int64_t n) const {
   const auto size = policy_.image_size();
   auto shaped = [](const torch::Tensor& t, std::vector<std::int64_t> shape) {
     return t.defined() && t.sizes() == c10::IntArrayRef(shape);
   };
-  if (!shaped(d.images, {1, 1, size, size, 3}) || d.images.scalar_type() != torch::kUInt8)
+  if (!shaped(d.images, {n, 1, size, size, 3}) || d.images.scalar_type() != torch::kUInt8)
     throw std::runtime_error("demonstrations must have one camera view (RL acts on one)");
-  if (!shaped(d.state, {1, spec_.state_dim}) || !shaped(d.actions, {1, 1, spec_.action_dim}))
+  if (spec_.action_dim == 0) return;  // before the sessions open: the task's widths are not known yet
+  if (!shaped(d.state, {n, spec_.state_dim}) || !shaped(d.actions, {n, 1, spec_.action_dim}))
     throw std::runtime_error("demonstrations for " + config_.task + " need state_dim " + std::to_string(spec_.state_dim) +
                              " and action_dim " + std::to_string(spec_.action_dim) + ", got state " +
                              std::to_string(d.state.size(-1)) + " and actions " + std::to_string(d.actions.size(-1)));
@@ -169,8 +174,11 @@ void RlJob::check_demos() const {
 
 DemoTerm RlJob::draw_demos() {
   auto d = config_.demos.sample(config_.demos.batch);
+  check_demos(d, config_.demos.batch);  // the tenant may have loaded another file under the name since
   // The backbone's features of the frames: a prediction's pass (Inference Queue, grouped); the
-  // actions it samples are not used.
+  // actions it samples are not used. (It runs the head too and draws from the slot's sampling
+  // RNG, as every rollout step does; RL jobs are not deterministic in any case: their producer
+  // and actor race.)
   auto acted = policy_.act(d.images, d.tokens, d.mask, d.state);
   return {acted.pooled, d.state, d.actions, config_.demos.weight};
 }

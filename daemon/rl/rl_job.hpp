@@ -41,6 +41,8 @@ using PolicyPort = model::PolicyPort;
 // The most steps one rollout record may hold (PPO: sessions x horizon; GRPO: sessions x the
 // episode limit): bounds a job's memory in the daemon.
 inline constexpr long kMaxRecordSteps = 65536;
+// The most demonstration steps drawn per update (one act, like a step of 256 sessions).
+inline constexpr int kMaxDemoBatch = 256;
 
 // Demonstrations for the behaviour-cloning term (policy_update.hpp, DemoTerm), n steps at a time
 // in the layouts of PolicyPort::act (images uint8 [n, 1, H, W, 3], tokens int32 and mask uint8
@@ -51,7 +53,7 @@ struct DemoBatch {
 struct DemoConfig {
   std::function<DemoBatch(std::int64_t n)> sample;  // empty (or weight 0): no term
   double weight = 0;                                // 0..100
-  int batch = 128;  // steps drawn (one backbone pass) for each update, shared by its minibatches
+  int batch = 128;  // 1..kMaxDemoBatch steps drawn (one backbone pass) for each update
 };
 
 struct RlConfig {
@@ -121,7 +123,8 @@ class RlJob {
   void fail(const std::string& why);
   void episode_ended(bool success, float episode_return, bool truncated = false);
   bool uses_demos() const { return config_.demos.sample && config_.demos.weight > 0; }
-  void check_demos() const;  // the constructor's: one sampled step must fit the task and backbone
+  // n sampled steps must fit the backbone (one view) and, once the sessions are open, the task.
+  void check_demos(const DemoBatch& d, std::int64_t n) const;
   DemoTerm draw_demos();     // one update's demonstration steps, with their features
   struct Observer;
 

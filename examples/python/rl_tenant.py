@@ -36,6 +36,8 @@ def main():
     p.add_argument("--warm-start-steps", type=int, default=3000, help="with --demos: SFT steps of 32 before RL")
     p.add_argument("--demo-weight", type=float, default=0.0, help="with --demos: the term's weight (0: none)")
     a = p.parse_args()
+    if not a.demos and a.demo_weight:
+        p.error("--demo-weight needs --demos")
     options = nexus.RlOptions(algorithm=a.algorithm, task=a.task, iterations=a.iterations, sessions=a.sessions,
                               horizon=a.horizon, group_size=a.group_size, max_staleness=a.max_staleness, seed=a.seed)
     try:

@@ -186,20 +186,30 @@ TEST_CASE("an RL job keeps the tenant's demonstrations in its loss, and bad demo
     nexus::DatasetOptions normalized;
     normalized.normalize = true;
     c->dataset_load("normalized", push, normalized);
-    auto start = [&](const std::string& dataset, double weight, std::int32_t batch = 16) {
-      return error_of([&] {
-        c->rl_start({.task = "push", .sessions = 2, .horizon = 4, .iterations = 1, .demo_dataset = dataset,
+    // The refusal's reason (JobFailed is every refused start's code).
+    auto refusal = [&](const std::string& dataset, double weight, std::int32_t batch = 16) -> std::string {
+      try {
+        c->rl_start({.task = "push", .sessions = 2, .horizon = 4, .iterations = 50, .demo_dataset = dataset,
                      .demo_weight = weight, .demo_batch = batch});
-      });
+      } catch (const nexus::Error& e) {
+        return e.code() == nexus::ErrorCode::JobFailed ? e.what() : std::string("not JobFailed: ") + e.what();
+      }
+      return "started";
     };
-    CHECK(start("", 1.0) == nexus::ErrorCode::JobFailed);             // a weight needs demonstrations
-    CHECK(start("missing", 1.0) == nexus::ErrorCode::JobFailed);      // not a dataset this tenant loaded
-    CHECK(start("normalized", 1.0) == nexus::ErrorCode::JobFailed);   // RL acts in the simulator's units
-    CHECK(start("plain", -1.0) == nexus::ErrorCode::JobFailed);
-    CHECK(start("plain", 101.0) == nexus::ErrorCode::JobFailed);
-    CHECK(start("plain", std::nan("")) == nexus::ErrorCode::JobFailed);
-    CHECK(start("plain", 1.0, 0) == nexus::ErrorCode::JobFailed);
-    CHECK(start("plain", 1.0, 5000) == nexus::ErrorCode::JobFailed);
+    auto refused = [&](const std::string& dataset, double weight, std::int32_t batch, const std::string& reason) {
+      const auto why = refusal(dataset, weight, batch);
+      INFO(dataset << " weight " << weight << " batch " << batch << ": " << why);
+      CHECK(why.find(reason) != std::string::npos);
+    };
+    refused("", 1.0, 16, "demo_weight needs demo_dataset");                 // a weight needs demonstrations
+    refused("missing", 1.0, 16, "no dataset 'missing'");                     // not a dataset this tenant loaded
+    refused("missing", 0.0, 16, "no dataset 'missing'");                     // named: checked at any weight
+    refused("normalized", 1.0, 16, "loaded with normalize");                 // RL acts in the simulator's units
+    for (double bad : {-1.0, 101.0, std::nan("")}) refused("plain", bad, 16, "demo weight must be 0..100");
+    for (int bad : {0, 257}) refused("plain", 1.0, bad, "demo batch 1..256");
+    // Nothing of the refusals is left behind: the same request with good values starts.
+    CHECK(refusal("plain", 1.0) == "started");
+    CHECK(c->rl_status(/*stop=*/true).state == "stopped");
     // Another tenant's dataset of the same name is not this one's.
     auto other = attach(daemon, "eve");
     other->register_tenant(spec);

@@ -118,6 +118,22 @@ with Daemon("--external-env", f"py={sim_socket}", "--external-env", f"flaky={fla
           "it finished episodes and published new versions")
     check(server.connections.value - connections_before == 1,
           f"the job's 4 sessions were one connection: {server.connections.value - connections_before}")
+
+    # rl_tenant.py --demos: a warm start on recorded push demonstrations, then a job that keeps
+    # them in its loss (the behaviour-cloning term), as examples/rl_tenant does.
+    demos = os.path.join(sim_dir, "push.hdf5")
+    subprocess.run([os.environ["NEXUS_TEST_NEXUSCTL"], "dataset", "record", "--task", "push", "--episodes", "3",
+                    "--out", demos], check=True, capture_output=True, timeout=300)
+    run = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "rl_tenant.py"), "-s", d.socket,
+                          "-t", "py-rl-demos", "--task", "push", "--sessions", "2", "--horizon", "8",
+                          "--iterations", "2", "--demos", demos, "--warm-start-steps", "10", "--demo-weight", "0.5",
+                          "--report-every", "0"],
+                         capture_output=True, text=True, timeout=300)
+    print(run.stderr[-2000:], flush=True)
+    status = json.loads(run.stdout.strip().splitlines()[-1])
+    check(run.returncode == 0 and status["state"] == "done" and status["warm_start_steps"] == 10
+          and status["warm_start_loss"] is not None and status["demo_loss"] != 0,
+          f"rl_tenant.py --demos warm-started on the file and its job computed the demonstrations' term: {status}")
 server.close()
 flaky.close()
 finish()
