@@ -32,8 +32,8 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
   // A demo batch is one act (at most 256 samples, as a rollout step of 256 sessions).
   if (!(c.demos.weight >= 0 && c.demos.weight <= 100) || c.demos.batch < 1 || c.demos.batch > kMaxDemoBatch)
     throw std::runtime_error("demo weight must be 0..100 and demo batch 1.." + std::to_string(kMaxDemoBatch));
-  // Named demonstrations are checked whatever the weight, and before any session opens: that the
-  // tenant loaded them, unnormalised, with one view (their widths once the task's are known).
+  // Named demonstrations are checked at any weight, before sessions open (loaded, unnormalised,
+  // one view), and their widths once the task's are known.
   DemoBatch probe;
   if (c.demos.sample) check_demos(probe = c.demos.sample(1), 1);
   auto opened = envs_.open(tenant_, c.task, c.sessions, static_cast<int>(policy_.image_size()), c.max_steps);
@@ -175,10 +175,8 @@ void RlJob::check_demos(const DemoBatch& d, std::int64_t n) const {
 DemoTerm RlJob::draw_demos() {
   auto d = config_.demos.sample(config_.demos.batch);
   check_demos(d, config_.demos.batch);  // the tenant may have loaded another file under the name since
-  // The backbone's features of the frames: a prediction's pass (Inference Queue, grouped); the
-  // actions it samples are not used. (It runs the head too and draws from the slot's sampling
-  // RNG, as every rollout step does; RL jobs are not deterministic in any case: their producer
-  // and actor race.)
+  // The frames' features: an act (Inference Queue, grouped) whose sampled actions are dropped;
+  // its draw from the slot's RNG is harmless (a job's producer and actor race in any case).
   auto acted = policy_.act(d.images, d.tokens, d.mask, d.state);
   return {acted.pooled, d.state, d.actions, config_.demos.weight};
 }
