@@ -189,7 +189,7 @@ TEST_CASE("an RL job keeps the tenant's demonstrations in its loss, and bad demo
     // The refusal's reason (JobFailed is every refused start's code).
     auto refusal = [&](const std::string& dataset, double weight, std::int32_t batch = 16) -> std::string {
       try {
-        c->rl_start({.task = "push", .sessions = 2, .horizon = 4, .iterations = 50, .demo_dataset = dataset,
+        c->rl_start({.task = "push", .sessions = 2, .horizon = 4, .iterations = 100000, .demo_dataset = dataset,
                      .demo_weight = weight, .demo_batch = batch});
       } catch (const nexus::Error& e) {
         return e.code() == nexus::ErrorCode::JobFailed ? e.what() : std::string("not JobFailed: ") + e.what();
@@ -207,7 +207,8 @@ TEST_CASE("an RL job keeps the tenant's demonstrations in its loss, and bad demo
     refused("normalized", 1.0, 16, "loaded with normalize");                 // RL acts in the simulator's units
     for (double bad : {-1.0, 101.0, std::nan("")}) refused("plain", bad, 16, "demo weight must be 0..100");
     for (int bad : {0, 257}) refused("plain", 1.0, bad, "demo batch 1..256");
-    // Nothing of the refusals is left behind: the same request with good values starts.
+    // Nothing of the refusals is left behind: the same request with good values starts (and
+    // runs until stopped: 100 000 updates).
     CHECK(refusal("plain", 1.0) == "started");
     CHECK(c->rl_status(/*stop=*/true).state == "stopped");
     // Another tenant's dataset of the same name is not this one's.
