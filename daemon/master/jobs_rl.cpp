@@ -54,8 +54,8 @@ rl::DemoConfig demo_config(const std::string& tenant, const wire::RlStartRequest
 
 std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const wire::RlStartRequest& r,
                                                   model::ModelService& model, env::EnvService& envs,
-                                                  env::DatasetStore& datasets, HealthManager* health, std::uint64_t id, const JobLimits& limits,
-                                                  std::uint64_t& first_version) {
+                                                  env::DatasetStore& datasets, HealthManager* health, std::uint64_t id,
+                                                  const JobLimits& limits, std::uint64_t& first_version) {
   rl::RlConfig c;
   c.algorithm = r.algorithm()->str();
   c.task = r.task()->str();

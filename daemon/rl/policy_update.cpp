@@ -44,10 +44,9 @@ torch::Tensor clipped_surrogate(const torch::Tensor& log_prob, const torch::Tens
   return torch::min(ratio * advantage, torch::clamp(ratio, 1 - clip, 1 + clip) * advantage);
 }
 
-torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device) {
+torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device, at::Generator& gen) {
   const model::VLAFeature f{{}, demos.pooled.to(device), {}};
-  auto out = model::gaussian_outputs(head, f, demos.state.to(device));
-  return -model::gaussian_log_prob(out, demos.actions.to(device)).mean() / demos.actions.size(-1);
+  return head.loss(f, demos.state.to(device), demos.actions.to(device), gen);  // the head's own SFT loss
 }
 
 namespace {
@@ -97,7 +96,7 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
         add(entropy_sum, ent);
         auto loss = weight * (-surrogate.mean() - c.entropy * ent);
         if (demos == nullptr) return loss;
-        auto bc = demo_term(head, part, slot.device());
+        auto bc = demo_term(head, part, slot.device(), gen);
         add(demo_sum, bc);
         return loss + part.weight * bc;
         });

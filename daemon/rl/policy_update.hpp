@@ -63,7 +63,8 @@ struct DemoTerm {
 // The term for one minibatch, before its weight: the demonstrations' mean negated log-likelihood
 // per action dimension (the gaussian head's SFT loss). Each minibatch takes at most as many
 // demonstration rows as it has samples, rotating through the update's batch.
-torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device);
+// (gen: the head's loss takes one; a gaussian head's draws nothing from it.)
+torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device, at::Generator& gen);
 
 struct UpdateStats {
   double policy_loss = 0, value_loss = 0, entropy = 0, clip_fraction = 0;
