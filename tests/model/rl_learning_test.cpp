@@ -198,7 +198,7 @@ TEST_CASE("PPO raises greedy success on reach over the starting policy and past 
   const auto [before, after, swapped] = run_rl("ppo", 100, 16, 8);
   // Bounds: docs/design/learning-margins.md (seed distribution).
   CHECK(test::figure_holds("ppo_reach.success_gain", after.success - before.success, ">=", 0.2, kEvalEpisodes));
-  // On the same 100 layouts, a scripted policy that heads for the nearest ball without reading
+  // On the same layouts, a scripted policy that heads for the nearest ball without reading
   // the instruction (sim/baselines.hpp): PPO must do better, or it learnt where balls are and
   // not which one is named.
   const auto nearest = sim::instruction_ignoring_reach(sim::IgnoringPolicy::NearestBall, eval_seeds());
