@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--horizon", rl.horizon, "ppo: steps per rollout record");
   app.add_option("--group-size", rl.group_size, "grpo: episodes per start state");
   app.add_option("--max-staleness", rl.max_staleness, "records older than this many versions are dropped");
+  app.add_flag("--synchronous", rl.synchronous, "collect, update, collect with the new version: the same run per seed");
   app.add_option("--lr", lr, "the head's learning rate");
   app.add_option("--seed", rl.seed, "head initialisation and episode seeds");
   app.add_option("--report-every", report_every, "a progress line every N seconds (0: none)");
@@ -81,12 +82,13 @@ int main(int argc, char** argv) {
     }
     std::printf("{\"tenant\":\"%s\",\"algorithm\":\"%s\",\"task\":\"%s\",\"state\":\"%s\",\"error\":\"%s\","
                 "\"iterations\":%d,\"first_version\":%llu,\"version\":%llu,\"env_steps\":%llu,\"episodes\":%llu,"
-                "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,\"seconds\":%.1f,"
+                "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,\"records_behind\":%llu,\"seconds\":%.1f,"
                 "\"warm_start_steps\":%d,\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f}\n",
                 opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
                 s.iterations, static_cast<unsigned long long>(first), static_cast<unsigned long long>(s.version),
                 static_cast<unsigned long long>(s.env_steps), static_cast<unsigned long long>(s.episodes),
-                s.recent_success, s.recent_return, static_cast<unsigned long long>(s.records_dropped), s.seconds,
+                s.recent_success, s.recent_return, static_cast<unsigned long long>(s.records_dropped),
+                static_cast<unsigned long long>(s.records_behind), s.seconds,
                 demos.empty() ? 0 : warm_start_steps, std::isnan(warm_loss) ? "null" : std::to_string(warm_loss).c_str(),
                 rl.demo_weight, s.demo_loss);
     return s.state == "done" ? 0 : 1;

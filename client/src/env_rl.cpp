@@ -170,7 +170,8 @@ std::uint64_t Client::rl_start(const RlOptions& o) {
     return wire::CreateRlStartRequest(fbb, fbb.CreateString(o.algorithm), fbb.CreateString(o.task), o.sessions, o.horizon,
                                       o.group_size, o.iterations, o.max_steps, o.seed, o.epochs, o.minibatch, o.clip,
                                       o.gamma, o.lambda, o.entropy, o.value_lr, o.max_staleness, o.downweight_stale,
-                                      o.queue_capacity, fbb.CreateString(o.demo_dataset), o.demo_weight, o.demo_batch)
+                                      o.queue_capacity, fbb.CreateString(o.demo_dataset), o.demo_weight, o.demo_batch,
+                                      o.synchronous)
         .Union();
   });
   const auto bytes = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
@@ -193,6 +194,7 @@ RlStatus Client::rl_status(bool stop) {
   s.records_dropped = r->records_dropped(), s.records_downweighted = r->records_downweighted();
   s.seconds = r->seconds();
   s.demo_loss = r->demo_loss();
+  s.records_behind = r->records_behind();
   return s;
 }
 

@@ -61,6 +61,7 @@ std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, con
   c.task = r.task()->str();
   c.sessions = r.sessions(), c.horizon = r.horizon(), c.group_size = r.group_size(), c.iterations = r.iterations();
   c.max_steps = r.max_steps(), c.seed = r.seed(), c.queue_capacity = std::clamp(r.queue_capacity(), 1, 8);
+  c.synchronous = r.synchronous();
   c.staleness = {std::max(0, r.max_staleness()), r.downweight_stale() ? rl::StalePolicy::Downweight : rl::StalePolicy::Drop};
   c.update = {r.epochs(), r.minibatch(), r.clip(), r.gamma(), r.lambda(), r.entropy(), 0.5, r.value_lr()};
   if (c.iterations > 100000 || c.update.epochs > 32 || c.update.minibatch > 4096)
@@ -83,7 +84,7 @@ void rl_progress(const RlRun& run, JobInfo& info) {
   info.mean_return = p.recent_return;
   info.version = p.version;
   info.rl = {p.first_version, p.env_steps, p.episodes, p.records_dropped, p.records_downweighted, p.value_loss, p.entropy,
-             p.demo_loss};
+             p.demo_loss, p.records_behind};
 }
 
 void rl_stop(RlRun& run) { run.job().stop(); }

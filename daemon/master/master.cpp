@@ -132,7 +132,7 @@ std::vector<std::uint8_t> Master::Impl::rl_status(const ServiceRequest& r, bool 
                                         static_cast<std::int32_t>(job->done), job->version, rl.first_version,
                                         rl.env_steps, rl.episodes, job->success_rate, job->mean_return, job->loss,
                                         rl.value_loss, rl.entropy, rl.records_dropped, rl.records_downweighted,
-                                        job->seconds, rl.demo_loss);
+                                        job->seconds, rl.demo_loss, rl.records_behind);
   return finish_reply(fbb, r.request_id, wire::Body::RlStatusReply, body.Union());
 }
 

@@ -26,6 +26,7 @@ struct JobInfo {
   struct Rl {                // rl jobs only
     std::uint64_t first_version = 0, env_steps = 0, episodes = 0, records_dropped = 0, records_downweighted = 0;
     double value_loss = 0, entropy = 0, demo_loss = 0;
+    std::uint64_t records_behind = 0;
   } rl;
 };
 

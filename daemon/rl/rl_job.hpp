@@ -5,6 +5,11 @@
 //             the model service) and records them with the step's backbone features.
 //   actor     takes records off the queue, applies max_staleness, updates the tenant's head
 //             (and its value head) on the stored features, and publishes a new version.
+// By default the two overlap: the producer goes on acting with the version it has while the
+// actor updates, so records may be a version or two behind and which version acted on which
+// step depends on timing. A synchronous job (RlConfig::synchronous) has the producer wait after
+// each record until the actor has used it: every record is acted by the latest version, and a
+// job's course depends on its seed alone (given the machine's arithmetic), not on thread timing.
 // Both loops are Health Manager roles (when the job has one): a loop that throws (a failed env
 // session, a model error) or, for the rollout loop, goes silent past its heartbeat (a hung
 // simulator call) is restarted in place with back-off: a restarted rollout loop starts new
@@ -17,6 +22,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -66,6 +72,9 @@ struct RlConfig {
   int max_steps = 0;              // episode limit (0: the task's)
   std::uint64_t seed = 1;
   int queue_capacity = 2;
+  // Collect, then update, then collect with the new version (on-policy, staleness 0, and the
+  // same run for the same seed); the price is the overlap of acting with updating.
+  bool synchronous = false;
   Staleness staleness;
   UpdateConfig update;
   DemoConfig demos;
@@ -85,6 +94,9 @@ struct RlProgress {
   double policy_loss = 0, value_loss = 0, entropy = 0;
   double demo_loss = 0;            // the behaviour-cloning term (before its weight); 0 without
   std::uint64_t records_dropped = 0, records_downweighted = 0;
+  // Records an older version than the latest had acted on (some of) when their update began: 0
+  // in a synchronous job.
+  std::uint64_t records_behind = 0;
   double seconds = 0;
 };
 
@@ -122,11 +134,15 @@ class RlJob {
   void loop_failed(daemon::Role* role, std::uint64_t generation, const std::string& why);
   void fail(const std::string& why);
   void episode_ended(bool success, float episode_return, bool truncated = false);
+  void record_used();  // the actor is done with a record (published or dropped)
   bool uses_demos() const { return config_.demos.sample && config_.demos.weight > 0; }
   // n sampled steps must fit the backbone (one view) and, once the sessions are open, the task.
   void check_demos(const DemoBatch& d, std::int64_t n) const;
   DemoTerm draw_demos();     // one update's demonstration steps, with their features
   struct Observer;
+  // Queues a record; a synchronous job then waits until the actor has used it. False: the job
+  // is stopping.
+  bool hand_over(Rollout&& record, Observer& obs);
 
   const std::string tenant_;
   const RlConfig config_;
@@ -146,6 +162,9 @@ class RlJob {
   std::shared_ptr<daemon::Role> rollout_role_, update_role_;
   mutable std::mutex mu_;
   RlProgress progress_;               // GUARDED_BY(mu_)
+  // Records the producer queued and the actor has finished with (synchronous jobs wait on it).
+  std::uint64_t records_queued_ = 0, records_used_ = 0;  // GUARDED_BY(mu_)
+  std::condition_variable record_used_cv_;
   std::deque<std::pair<bool, float>> window_;   // GUARDED_BY(mu_): the last 100 episodes
   std::chrono::steady_clock::time_point started_;
   std::mutex threads_mu_;

@@ -28,6 +28,8 @@ def main():
     p.add_argument("--horizon", type=int, default=32)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-staleness", type=int, default=2)
+    p.add_argument("--synchronous", action="store_true",
+                   help="collect, update, collect with the new version: the same run per seed")
     p.add_argument("--state-dim", type=int, default=4, help="the task's state size (4 for the built-in tasks)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
@@ -39,7 +41,8 @@ def main():
     if not a.demos and a.demo_weight:
         p.error("--demo-weight needs --demos")
     options = nexus.RlOptions(algorithm=a.algorithm, task=a.task, iterations=a.iterations, sessions=a.sessions,
-                              horizon=a.horizon, group_size=a.group_size, max_staleness=a.max_staleness, seed=a.seed)
+                              horizon=a.horizon, group_size=a.group_size, max_staleness=a.max_staleness, seed=a.seed,
+                              synchronous=a.synchronous)
     try:
         with nexus.Client.attach(a.tenant, socket_path=a.socket, timeout=60.0) as c:
             c.register(nexus.TenantSpec(seed=a.seed, optimizer=nexus.OptimizerSpec(lr=a.lr),
@@ -69,7 +72,8 @@ def main():
                               "error": s.error, "iterations": s.iterations, "first_version": first,
                               "version": s.version, "env_steps": s.env_steps, "episodes": s.episodes,
                               "recent_success": s.recent_success, "recent_return": s.recent_return,
-                              "records_dropped": s.records_dropped, "seconds": s.seconds,
+                              "records_dropped": s.records_dropped, "records_behind": s.records_behind,
+                              "seconds": s.seconds,
                               "warm_start_steps": a.warm_start_steps if a.demos else 0,
                               "warm_start_loss": warm_loss, "demo_weight": a.demo_weight, "demo_loss": s.demo_loss}))
             return 0 if s.state == "done" else 1

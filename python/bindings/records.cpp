@@ -105,7 +105,8 @@ void bind_env_records(py::module_& m) {
       .field("gae_lambda", &RlOptions::lambda).field("entropy", &RlOptions::entropy).field("value_lr", &RlOptions::value_lr)
       .field("max_staleness", &RlOptions::max_staleness).field("downweight_stale", &RlOptions::downweight_stale)
       .field("queue_capacity", &RlOptions::queue_capacity).field("demo_dataset", &RlOptions::demo_dataset)
-      .field("demo_weight", &RlOptions::demo_weight).field("demo_batch", &RlOptions::demo_batch);
+      .field("demo_weight", &RlOptions::demo_weight).field("demo_batch", &RlOptions::demo_batch)
+      .field("synchronous", &RlOptions::synchronous);
   Record<RlStatus>(m, "RlStatus", "An RL job's progress: state running, done, failed or stopped.")
       .field("state", &RlStatus::state).field("error", &RlStatus::error).field("iterations", &RlStatus::iterations)
       .field("version", &RlStatus::version).field("first_version", &RlStatus::first_version)
@@ -114,7 +115,7 @@ void bind_env_records(py::module_& m) {
       .field("policy_loss", &RlStatus::policy_loss).field("value_loss", &RlStatus::value_loss)
       .field("entropy", &RlStatus::entropy).field("records_dropped", &RlStatus::records_dropped)
       .field("records_downweighted", &RlStatus::records_downweighted).field("seconds", &RlStatus::seconds)
-      .field("demo_loss", &RlStatus::demo_loss);
+      .field("demo_loss", &RlStatus::demo_loss).field("records_behind", &RlStatus::records_behind);
   Record<JobSpec>(m, "JobSpec", "A job the daemon runs for you: sft on a loaded dataset, or eval of a version.")
       .field("kind", &JobSpec::kind).field("dataset", &JobSpec::dataset).field("steps", &JobSpec::steps)
       .field("batch", &JobSpec::batch).field("chunk", &JobSpec::chunk).field("task", &JobSpec::task)

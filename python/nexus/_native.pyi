@@ -108,6 +108,7 @@ class RlOptions:
     demo_dataset: str  # a loaded dataset: DAPG's behaviour-cloning term
     demo_weight: float  # its weight, 0..100 (0: none)
     demo_batch: int  # demonstration steps per update
+    synchronous: bool  # collect, update, collect with the new version: on-policy, same run per seed
     def __init__(self, **fields: Any) -> None: ...
 
 class RlStatus:
@@ -127,6 +128,7 @@ class RlStatus:
     records_downweighted: int
     seconds: float
     demo_loss: float
+    records_behind: int  # records an older version had acted on (0 when synchronous)
 
 class JobSpec:
     kind: str

@@ -163,6 +163,17 @@ TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only, 
     INFO("version " << kept << ": " << read_file(dir.path + "/eval-v" + kept + ".err"));
     CHECK(krc == 0);
   }
+  // A synchronous job (RlStartRequest.synchronous) acts every record by the latest version; an
+  // overlapped one, like carol's, has its producer act on during each update.
+  const auto [src, sync] = run_json({NEXUS_TEST_RL_TENANT, "--socket", daemon.socket(), "--tenant", "dave",
+                                     "--iterations", "3", "--sessions", "4", "--horizon", "8", "--synchronous"},
+                                    dir, "rl-sync");
+  INFO(sync.dump());
+  REQUIRE(src == 0);
+  CHECK(sync["state"] == "done");
+  CHECK(sync["records_behind"] == 0);
+  CHECK(sync["records_dropped"] == 0);
+  CHECK(out["records_behind"].get<int>() >= 0);
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }
 

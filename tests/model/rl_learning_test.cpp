@@ -163,6 +163,7 @@ RlRun run_rl(const std::string& algorithm, int iterations, int sessions, int gro
   config.iterations = static_cast<int>(env_num("NEXUS_RL_TEST_ITERATIONS", iterations));
   config.update.entropy = env_num("NEXUS_RL_TEST_ENTROPY", 0.0);
   config.update.epochs = static_cast<int>(env_num("NEXUS_RL_TEST_EPOCHS", 4));
+  config.synchronous = env_num("NEXUS_RL_TEST_SYNC", 1) != 0;  // the same run for the same seed
   std::uint64_t last = 0;
   {
     rl::RlJob job("tenant", config, policy, envs);
@@ -236,6 +237,60 @@ TEST_CASE("PPO keeps every truncated episode's true last observation for its val
   CHECK(p.truncations_kept == p.truncated_episodes);
 }
 
+// A synchronous job acts every record with the latest version and waits for its update, so two
+// runs from the same seed and starting head are the same run: equal heads, optimizer state and
+// training figures. Without it (the default) the producer acts on while the actor updates, and
+// which version acts on which step is a matter of thread timing. Mutation: synchronous ignored
+// -> records acted on by an older version (records_behind > 0) and, as a rule, other heads.
+TEST_CASE("A synchronous RL job is the same run for the same seed and acts every record by the latest version",
+          "[model][rl]") {
+  torch::set_num_threads(2);
+  model::VLABackbone b(*model::named_backbone("tiny"));
+  model::load_weights(*b, test::tiny_weights_path());
+  b->freeze();
+  env::EnvService envs({.workers = 1});
+  struct Outcome {
+    model::TenantSlot::Digest start, end;
+    rl::RlProgress progress;
+  };
+  auto run = [&](const std::string& algorithm) {
+    model::TenantSlot slot({.kind = "gaussian", .state_dim = 4, .action_dim = 2, .chunk = 1, .hidden = 256},
+                           {.lr = 1e-3}, b->config().dim, 11);
+    InProcessPolicy policy(b, slot);
+    rl::RlConfig config;
+    config.algorithm = algorithm;
+    config.sessions = 4, config.horizon = 8, config.iterations = 4, config.max_steps = 12, config.group_size = 2;
+    config.update.minibatch = 16;
+    config.synchronous = true;
+    Outcome o{slot.digest(), {}, {}};
+    {
+      rl::RlJob job("tenant", config, policy, envs);
+      while (!job.finished()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      o.progress = job.progress();
+    }
+    o.end = slot.digest();
+    return o;
+  };
+  for (const std::string algorithm : {"ppo", "grpo"}) {
+    INFO(algorithm);
+    const auto first = run(algorithm), second = run(algorithm);
+    INFO(first.progress.error);
+    REQUIRE(first.progress.state == "done");
+    REQUIRE(second.progress.state == "done");
+    CHECK(first.progress.records_behind == 0);
+    CHECK(second.progress.records_behind == 0);
+    CHECK(first.progress.records_dropped == 0);
+    CHECK(first.end.parameters != first.start.parameters);  // the job trained the head
+    CHECK(first.end.parameters == second.end.parameters);
+    CHECK(first.end.optimizer == second.end.optimizer);
+    CHECK(first.end.step == second.end.step);
+    CHECK(first.progress.env_steps == second.progress.env_steps);
+    CHECK(first.progress.recent_return == second.progress.recent_return);
+    CHECK(first.progress.value_loss == second.progress.value_loss);
+    CHECK(first.progress.policy_loss == second.progress.policy_loss);
+  }
+}
+
 TEST_CASE("GRPO raises greedy success and the mean return on reach over the starting policy",
           "[model][rl][learning]") {
   // GRPO's credit is per episode (no value head: every step of an episode carries its return's
@@ -283,6 +338,7 @@ TEST_CASE("PPO on push from a warm start on the expert's demonstrations keeps th
   config.seed = 2 + k;
   config.iterations = static_cast<int>(env_num("NEXUS_RL_TEST_ITERATIONS", 60));
   config.demos.weight = env_num("NEXUS_RL_TEST_DEMO_WEIGHT", 1.0);
+  config.synchronous = env_num("NEXUS_RL_TEST_SYNC", 1) != 0;
   std::mutex sample_mu;
   config.demos.sample = [&](std::int64_t m) {
     std::lock_guard lk(sample_mu);

@@ -104,13 +104,14 @@ with Daemon("--external-env", f"py={sim_socket}", "--external-env", f"flaky={fla
     served_before, connections_before = server.steps.value, server.connections.value
     run = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "rl_tenant.py"), "-s", d.socket,
                           "-t", "py-rl-job", "--task", "py:point", "--sessions", "4", "--horizon", "16",
-                          "--iterations", "4", "--seed", "3", "--report-every", "0"],
+                          "--iterations", "4", "--seed", "3", "--report-every", "0", "--synchronous"],
                          capture_output=True, text=True, timeout=300)
     print(run.stderr[-2000:], flush=True)
     status = json.loads(run.stdout.strip().splitlines()[-1])
     print(f"rl job: {status}", flush=True)
     check(run.returncode == 0 and status["state"] == "done" and status["iterations"] == 4,
           "rl_tenant.py's PPO job on the Python simulator ran its 4 updates")
+    check(status["records_behind"] == 0, "--synchronous (RlOptions.synchronous): every record acted by the latest version")
     served = server.steps.value - served_before
     check(status["env_steps"] >= 4 * 4 * 16 and served >= status["env_steps"],
           f"every env step it counted was served by the Python simulator ({status['env_steps']} counted, {served} served)")

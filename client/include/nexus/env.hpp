@@ -73,6 +73,10 @@ struct RlOptions {
   std::string demo_dataset;
   double demo_weight = 0;
   std::int32_t demo_batch = 128;
+  // Collect a record, wait for its update, then collect the next with the new version: every
+  // record on-policy and the same run for the same seed, at the price of the overlap (default:
+  // rollouts go on during updates, and timing decides which version acted when).
+  bool synchronous = false;
 };
 
 struct RlStatus {
@@ -85,6 +89,7 @@ struct RlStatus {
   double policy_loss = 0, value_loss = 0, entropy = 0;
   std::uint64_t records_dropped = 0, records_downweighted = 0;
   double demo_loss = 0;  // the behaviour-cloning term's last value (0 without one)
+  std::uint64_t records_behind = 0;  // records an older version had acted on (0 when synchronous)
   double seconds = 0;
 };
 
