@@ -138,8 +138,8 @@ void RlJob::fail(const std::string& why) {
       progress_.state = "failed";
       progress_.error = why;
     }
+    stop_ = true;  // under mu_: a synchronous producer checks it there before it waits
   }
-  stop_ = true;
   queue_.close();
   record_used_cv_.notify_all();
 }
@@ -153,13 +153,17 @@ void RlJob::consume(std::uint64_t generation) {
     if (generation > 1) {
       {
         std::lock_guard lk(mu_);
-        records_used_ = std::max(records_used_, records_queued_ - queue_.depth());
+        records_used_ = std::max(records_used_, records_taken_);
       }
       record_used_cv_.notify_all();
     }
     for (int it = progress().iterations; it < config_.iterations && !stop_;) {
       auto record = queue_.pop();
       if (!record || superseded()) break;
+      {
+        std::lock_guard lk(mu_);
+        ++records_taken_;
+      }
       const long age = static_cast<long>(version - record->version);
       const double weight = staleness_weight(config_.staleness, age);
       if (weight == 0) {
@@ -205,8 +209,8 @@ void RlJob::consume(std::uint64_t generation) {
     {
       std::lock_guard lk(mu_);
       if (progress_.state == "running") progress_.state = "done";
+      stop_ = true;  // under mu_, as in fail()
     }
-    stop_ = true;
     queue_.close();
     record_used_cv_.notify_all();
   } catch (const StopRequested&) {

@@ -162,8 +162,10 @@ class RlJob {
   std::shared_ptr<daemon::Role> rollout_role_, update_role_;
   mutable std::mutex mu_;
   RlProgress progress_;               // GUARDED_BY(mu_)
-  // Records the producer queued and the actor has finished with (synchronous jobs wait on it).
-  std::uint64_t records_queued_ = 0, records_used_ = 0;  // GUARDED_BY(mu_)
+  // Records the producer queued, the actor took off the queue, and the actor has finished with
+  // (a synchronous producer waits for the last to reach its record; a restarted actor counts the
+  // record its predecessor took as finished).
+  std::uint64_t records_queued_ = 0, records_taken_ = 0, records_used_ = 0;  // GUARDED_BY(mu_)
   std::condition_variable record_used_cv_;
   std::deque<std::pair<bool, float>> window_;   // GUARDED_BY(mu_): the last 100 episodes
   std::chrono::steady_clock::time_point started_;

@@ -1,4 +1,4 @@
-// An RL job's rollout side (rl_job.cpp only): its sessions and their current observations as the
+// An RL job's rollout side (rl_rollout_loops.cpp only): its sessions and their current observations as the
 // backbone wants them, for one generation of the rollout loop. Every call first checks that the
 // loop still holds its role: a loop a restart superseded leaves (Superseded) before it touches a
 // session or the queue again.
