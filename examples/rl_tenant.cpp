@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--horizon", rl.horizon, "ppo: steps per rollout record");
   app.add_option("--group-size", rl.group_size, "grpo: episodes per start state");
   app.add_option("--max-staleness", rl.max_staleness, "records older than this many versions are dropped");
-  app.add_flag("--synchronous", rl.synchronous, "collect, update, collect with the new version: the same run per seed");
+  app.add_flag("--synchronous", rl.synchronous, "collect, update, collect with the new version: every record on-policy");
   app.add_option("--lr", lr, "the head's learning rate");
   app.add_option("--seed", rl.seed, "head initialisation and episode seeds");
   app.add_option("--report-every", report_every, "a progress line every N seconds (0: none)");

@@ -72,8 +72,8 @@ struct RlConfig {
   int max_steps = 0;              // episode limit (0: the task's)
   std::uint64_t seed = 1;
   int queue_capacity = 2;
-  // Collect, then update, then collect with the new version (on-policy, staleness 0, and the
-  // same run for the same seed); the price is the overlap of acting with updating.
+  // Collect, then update, then collect with the new version (on-policy, staleness 0, and which
+  // version acts when no longer depends on timing); the price is the overlap of acting with updating.
   bool synchronous = false;
   Staleness staleness;
   UpdateConfig update;

@@ -29,7 +29,7 @@ def main():
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-staleness", type=int, default=2)
     p.add_argument("--synchronous", action="store_true",
-                   help="collect, update, collect with the new version: the same run per seed")
+                   help="collect, update, collect with the new version: every record on-policy")
     p.add_argument("--state-dim", type=int, default=4, help="the task's state size (4 for the built-in tasks)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)

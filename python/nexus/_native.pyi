@@ -108,7 +108,7 @@ class RlOptions:
     demo_dataset: str  # a loaded dataset: DAPG's behaviour-cloning term
     demo_weight: float  # its weight, 0..100 (0: none)
     demo_batch: int  # demonstration steps per update
-    synchronous: bool  # collect, update, collect with the new version: on-policy, same run per seed
+    synchronous: bool  # collect, update, collect with the new version: every record on-policy
     def __init__(self, **fields: Any) -> None: ...
 
 class RlStatus:

@@ -74,7 +74,7 @@ struct RlOptions {
   double demo_weight = 0;
   std::int32_t demo_batch = 128;
   // Collect a record, wait for its update, then collect the next with the new version: every
-  // record on-policy and the same run for the same seed, at the price of the overlap (default:
+  // record on-policy, whatever the threads' timing, at the price of the overlap (default:
   // rollouts go on during updates, and timing decides which version acted when).
   bool synchronous = false;
 };
