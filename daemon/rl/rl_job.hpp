@@ -73,7 +73,8 @@ struct RlConfig {
   std::uint64_t seed = 1;
   int queue_capacity = 2;
   // Collect, then update, then collect with the new version (on-policy, staleness 0, and which
-  // version acts when no longer depends on timing); the price is the overlap of acting with updating.
+  // version acts when no longer depends on timing); the price is the overlap of acting with
+  // updating.
   bool synchronous = false;
   Staleness staleness;
   UpdateConfig update;
