@@ -7,8 +7,10 @@
 // head is first warm-started by --warm-start-steps SFT steps on them, and the RL job keeps them
 // in its loss with --demo-weight (DAPG's behaviour-cloning term): what push needs, whose policy
 // learns nothing from scratch in a few dozen updates (docs/design/env-rl.md).
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -24,6 +26,7 @@ int main(int argc, char** argv) {
   int report_every = 2;
   std::string demos;
   int warm_start_steps = 3000;
+  int eval_untrained = 0;
   app.add_option("-s,--socket", opt.socket_path, "nexusd control socket");
   app.add_option("-t,--tenant", opt.tenant, "tenant name")->required();
   app.add_option("--algorithm", rl.algorithm, "ppo or grpo");
@@ -42,6 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("--warm-start-steps", warm_start_steps, "with --demos: SFT steps of 32 before RL")
       ->check(CLI::Range(0, 1000000))
       ->needs(demos_option);
+  app.add_option("--eval-untrained", eval_untrained,
+                 "with --demos: greedy success of the head before its warm start, in N episodes (an eval job)")
+      ->check(CLI::Range(0, 256))
+      ->needs(demos_option);
   app.add_option("--demo-weight", rl.demo_weight, "with --demos: the behaviour-cloning term's weight (0: none)")
       ->check(CLI::Range(0.0, 100.0))
       ->needs(demos_option);
@@ -55,7 +62,24 @@ int main(int argc, char** argv) {
     spec.seed = rl.seed;
     client->register_tenant(spec);
     double warm_loss = NAN;
+    std::uint64_t untrained = 0;  // with --demos: the head before its warm start, for a before/after
+    double untrained_success = NAN;
     if (!demos.empty()) {
+      untrained = client->publish();
+      if (eval_untrained > 0) {  // now: the tenant's later versions would evict this one
+        // The episodes eval_tenant runs by default (seed 90000 + i), so the figures compare.
+        const auto id = client->job_start(
+            {.kind = "eval", .task = rl.task, .version = untrained, .episodes = eval_untrained, .seed = 90000});
+        nexus::JobInfo job;
+        while ((job = client->job(id)).state == "queued" || job.state == "running")
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (job.state != "finished") throw std::runtime_error("evaluating the untrained head: " + job.error);
+        untrained_success = job.success_rate;
+        if (report_every > 0)
+          std::fprintf(stderr, "[%s] untrained head (v%llu): greedy success %.2f in %d episodes of %s\n",
+                       opt.tenant.c_str(), static_cast<unsigned long long>(untrained), untrained_success,
+                       eval_untrained, rl.task.c_str());
+      }
       nexus::DatasetOptions data;
       data.seed = rl.seed;
       client->dataset_load("demos", demos, data);
@@ -82,15 +106,19 @@ int main(int argc, char** argv) {
     }
     std::printf("{\"tenant\":\"%s\",\"algorithm\":\"%s\",\"task\":\"%s\",\"state\":\"%s\",\"error\":\"%s\","
                 "\"iterations\":%d,\"first_version\":%llu,\"version\":%llu,\"env_steps\":%llu,\"episodes\":%llu,"
-                "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,\"records_behind\":%llu,\"seconds\":%.1f,"
-                "\"warm_start_steps\":%d,\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f}\n",
+                "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,"
+                "\"records_behind\":%llu,\"seconds\":%.1f,\"untrained_version\":%llu,\"untrained_success\":%s,"
+                "\"warm_start_steps\":%d,"
+                "\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f}\n",
                 opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
                 s.iterations, static_cast<unsigned long long>(first), static_cast<unsigned long long>(s.version),
                 static_cast<unsigned long long>(s.env_steps), static_cast<unsigned long long>(s.episodes),
                 s.recent_success, s.recent_return, static_cast<unsigned long long>(s.records_dropped),
                 static_cast<unsigned long long>(s.records_behind), s.seconds,
-                demos.empty() ? 0 : warm_start_steps, std::isnan(warm_loss) ? "null" : std::to_string(warm_loss).c_str(),
-                rl.demo_weight, s.demo_loss);
+                static_cast<unsigned long long>(untrained),
+                std::isnan(untrained_success) ? "null" : std::to_string(untrained_success).c_str(),
+                demos.empty() ? 0 : warm_start_steps,
+                std::isnan(warm_loss) ? "null" : std::to_string(warm_loss).c_str(), rl.demo_weight, s.demo_loss);
     return s.state == "done" ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rl_tenant %s: %s\n", opt.tenant.c_str(), e.what());

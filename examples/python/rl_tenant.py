@@ -36,10 +36,12 @@ def main():
     p.add_argument("--report-every", type=float, default=2.0, help="seconds between progress lines (0: none)")
     p.add_argument("--demos", help="demonstrations of the task (.hdf5): warm start and behaviour-cloning term")
     p.add_argument("--warm-start-steps", type=int, default=3000, help="with --demos: SFT steps of 32 before RL")
+    p.add_argument("--eval-untrained", type=int, default=0,
+                   help="with --demos: greedy success of the head before its warm start, in N episodes (an eval job)")
     p.add_argument("--demo-weight", type=float, default=0.0, help="with --demos: the term's weight (0: none)")
     a = p.parse_args()
-    if not a.demos and a.demo_weight:
-        p.error("--demo-weight needs --demos")
+    if not a.demos and (a.demo_weight or a.eval_untrained):
+        p.error("--demo-weight and --eval-untrained need --demos")
     options = nexus.RlOptions(algorithm=a.algorithm, task=a.task, iterations=a.iterations, sessions=a.sessions,
                               horizon=a.horizon, group_size=a.group_size, max_staleness=a.max_staleness, seed=a.seed,
                               synchronous=a.synchronous)
@@ -48,8 +50,18 @@ def main():
             c.register(nexus.TenantSpec(seed=a.seed, optimizer=nexus.OptimizerSpec(lr=a.lr),
                                         head=nexus.HeadSpec(kind="gaussian", state_dim=a.state_dim, action_dim=2,
                                                             chunk=1)))
-            warm_loss = None
+            warm_loss, untrained, untrained_success = None, 0, None
             if a.demos:
+                untrained = c.publish()  # the head before its warm start, for a before/after
+                if a.eval_untrained > 0:  # now: the tenant's later versions would evict this one
+                    # The episodes eval_tenant runs by default (seed 90000 + i), so the figures compare.
+                    job_id = c.job_start(nexus.JobSpec(kind="eval", task=a.task, version=untrained,
+                                                       episodes=a.eval_untrained, seed=90000))
+                    while (job := c.job(job_id)).state in ("queued", "running"):
+                        time.sleep(0.5)
+                    if job.state != "finished":
+                        raise SystemExit(f"evaluating the untrained head: {job.error}")
+                    untrained_success = job.success_rate
                 c.dataset_load("demos", a.demos, seed=a.seed)
                 for _ in range(a.warm_start_steps):
                     warm_loss = c.dataset_sft_step("demos", 32, 1).loss
@@ -73,7 +85,8 @@ def main():
                               "version": s.version, "env_steps": s.env_steps, "episodes": s.episodes,
                               "recent_success": s.recent_success, "recent_return": s.recent_return,
                               "records_dropped": s.records_dropped, "records_behind": s.records_behind,
-                              "seconds": s.seconds,
+                              "seconds": s.seconds, "untrained_version": untrained,
+                              "untrained_success": untrained_success,
                               "warm_start_steps": a.warm_start_steps if a.demos else 0,
                               "warm_start_loss": warm_loss, "demo_weight": a.demo_weight, "demo_loss": s.demo_loss}))
             return 0 if s.state == "done" else 1

@@ -233,13 +233,17 @@ TEST_CASE("an RL job keeps the tenant's demonstrations in its loss, and bad demo
   // rl_tenant --demos: a warm start on the file, then the job with the term in its loss.
   const auto [rc, out] = run_json({NEXUS_TEST_RL_TENANT, "--socket", daemon.socket(), "--tenant", "bob", "--task", "push",
                                    "--iterations", "3", "--sessions", "4", "--horizon", "8", "--demos", push,
-                                   "--warm-start-steps", "20", "--demo-weight", "0.5"},
+                                   "--warm-start-steps", "20", "--demo-weight", "0.5", "--eval-untrained", "4"},
                                   dir, "rl-demos");
   INFO(out.dump() << "\n" << read_file(dir.path + "/rl-demos.err"));
   REQUIRE(rc == 0);
   CHECK(out["state"] == "done");
   CHECK(out["warm_start_steps"] == 20);
   CHECK(out["warm_start_loss"].is_number());
+  // The head before its warm start was published first (the demo evaluates it beside the job's).
+  CHECK(out["untrained_version"].get<std::uint64_t>() > 0);
+  CHECK(out["first_version"].get<std::uint64_t>() > out["untrained_version"].get<std::uint64_t>());
+  CHECK(out["untrained_success"].is_number());  // an eval job ran on that version before it could be evicted
   CHECK(out["demo_loss"].get<double>() != 0);  // the term was computed on sampled demonstrations
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }

@@ -127,14 +127,17 @@ with Daemon("--external-env", f"py={sim_socket}", "--external-env", f"flaky={fla
                     "--out", demos], check=True, capture_output=True, timeout=300)
     run = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "rl_tenant.py"), "-s", d.socket,
                           "-t", "py-rl-demos", "--task", "push", "--sessions", "2", "--horizon", "8",
-                          "--iterations", "2", "--demos", demos, "--warm-start-steps", "10", "--demo-weight", "0.5",
+                          "--iterations", "2", "--demos", demos, "--warm-start-steps", "10", "--demo-weight", "0.5", "--eval-untrained", "2",
                           "--report-every", "0"],
                          capture_output=True, text=True, timeout=300)
     print(run.stderr[-2000:], flush=True)
     status = json.loads(run.stdout.strip().splitlines()[-1])
     check(run.returncode == 0 and status["state"] == "done" and status["warm_start_steps"] == 10
-          and status["warm_start_loss"] is not None and status["demo_loss"] != 0,
-          f"rl_tenant.py --demos warm-started on the file and its job computed the demonstrations' term: {status}")
+          and status["warm_start_loss"] is not None and status["demo_loss"] != 0
+          and 0 < status["untrained_version"] < status["first_version"]
+          and 0 <= status["untrained_success"] <= 1,
+          f"rl_tenant.py --demos published the untrained head, warm-started on the file, and its job computed the "
+          f"demonstrations' term: {status}")
 server.close()
 flaky.close()
 finish()
