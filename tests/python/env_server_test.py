@@ -127,7 +127,8 @@ with Daemon("--external-env", f"py={sim_socket}", "--external-env", f"flaky={fla
                     "--out", demos], check=True, capture_output=True, timeout=300)
     run = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "rl_tenant.py"), "-s", d.socket,
                           "-t", "py-rl-demos", "--task", "push", "--sessions", "2", "--horizon", "8",
-                          "--iterations", "2", "--demos", demos, "--warm-start-steps", "10", "--demo-weight", "0.5", "--eval-untrained", "2",
+                          "--iterations", "2", "--demos", demos, "--warm-start-steps", "10", "--demo-weight", "0.5",
+                          "--eval-untrained", "2",
                           "--report-every", "0"],
                          capture_output=True, text=True, timeout=300)
     print(run.stderr[-2000:], flush=True)
