@@ -62,11 +62,11 @@ int main(int argc, char** argv) {
     spec.seed = rl.seed;
     client->register_tenant(spec);
     double warm_loss = NAN;
-    std::uint64_t untrained = 0;  // with --demos: the head before its warm start, for a before/after
+    std::uint64_t untrained = 0;  // --eval-untrained: the head before its warm start, published
     double untrained_success = NAN;
     if (!demos.empty()) {
-      untrained = client->publish();
-      if (eval_untrained > 0) {  // now: the tenant's later versions would evict this one
+      if (eval_untrained > 0) {  // evaluated now: the tenant's later versions would evict it
+        untrained = client->publish();
         // The episodes eval_tenant runs by default (seed 90000 + i), so the figures compare.
         const auto id = client->job_start(
             {.kind = "eval", .task = rl.task, .version = untrained, .episodes = eval_untrained, .seed = 90000});
@@ -108,8 +108,7 @@ int main(int argc, char** argv) {
                 "\"iterations\":%d,\"first_version\":%llu,\"version\":%llu,\"env_steps\":%llu,\"episodes\":%llu,"
                 "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,"
                 "\"records_behind\":%llu,\"seconds\":%.1f,\"untrained_version\":%llu,\"untrained_success\":%s,"
-                "\"warm_start_steps\":%d,"
-                "\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f}\n",
+                "\"warm_start_steps\":%d,\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f}\n",
                 opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
                 s.iterations, static_cast<unsigned long long>(first), static_cast<unsigned long long>(s.version),
                 static_cast<unsigned long long>(s.env_steps), static_cast<unsigned long long>(s.episodes),

@@ -95,10 +95,9 @@ def load(name):
 print(f"{'tenant':7} {'work':16} {'updates':>8} {'env steps':>10} {'success before -> after':>24} {'unchanged by eval':>18}")
 for name, work in [("alice", "PPO reach"), ("bob", "PPO push +demos"), ("carol", "GRPO reach")]:
     job, before, after = load(name + ".json"), load(name + "-before.json"), load(name + "-after.json")
-    unchanged = before["unchanged"] and after["unchanged"]
     print(f"{name:7} {work:16} {job['iterations']:8d} {job['env_steps']:10d} "
           f"{100 * before['success_rate']:10.0f}% -> {100 * after['success_rate']:4.0f}%      "
-          f"{'yes' if unchanged else 'NO':>12}")
+          f"{'yes' if before['unchanged'] and after['unchanged'] else 'NO':>12}")
 print(f"        (bob's 'before' is his warm start on the push demonstrations, where his RL job began;\n"
       f"         untrained, before it, his head scored {100 * load('bob.json')['untrained_success']:.0f}%)")
 sft, after = load("erin.json"), load("erin-after.json")

@@ -52,8 +52,8 @@ def main():
                                                             chunk=1)))
             warm_loss, untrained, untrained_success = None, 0, None
             if a.demos:
-                untrained = c.publish()  # the head before its warm start, for a before/after
-                if a.eval_untrained > 0:  # now: the tenant's later versions would evict this one
+                if a.eval_untrained > 0:  # evaluated now: the tenant's later versions would evict it
+                    untrained = c.publish()  # the head before its warm start
                     # The episodes eval_tenant runs by default (seed 90000 + i), so the figures compare.
                     job_id = c.job_start(nexus.JobSpec(kind="eval", task=a.task, version=untrained,
                                                        episodes=a.eval_untrained, seed=90000))

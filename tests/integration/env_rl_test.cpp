@@ -240,10 +240,11 @@ TEST_CASE("an RL job keeps the tenant's demonstrations in its loss, and bad demo
   CHECK(out["state"] == "done");
   CHECK(out["warm_start_steps"] == 20);
   CHECK(out["warm_start_loss"].is_number());
-  // The head before its warm start was published first (the demo evaluates it beside the job's).
+  // --eval-untrained: the head before its warm start was published first and evaluated by an eval
+  // job at once (later versions would evict it); the demo prints it beside bob's before/after.
   CHECK(out["untrained_version"].get<std::uint64_t>() > 0);
   CHECK(out["first_version"].get<std::uint64_t>() > out["untrained_version"].get<std::uint64_t>());
-  CHECK(out["untrained_success"].is_number());  // an eval job ran on that version before it could be evicted
+  CHECK(out["untrained_success"].is_number());
   CHECK(out["demo_loss"].get<double>() != 0);  // the term was computed on sampled demonstrations
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }
