@@ -12,11 +12,13 @@
 
 namespace nexus::test {
 
-// One tenant program's exit code and the last line of its stdout as JSON (null if not JSON).
+// One tenant program's exit code (-1: still running after `limit`) and the last line of its
+// stdout as JSON (null if not JSON).
 inline std::pair<int, nlohmann::json> run_json(const std::vector<std::string>& argv, const TempDir& dir,
-                                               const std::string& tag) {
+                                               const std::string& tag,
+                                               std::chrono::seconds limit = std::chrono::seconds(300)) {
   const pid_t p = spawn(argv, {.stdout_path = dir.path + "/" + tag + ".out", .stderr_path = dir.path + "/" + tag + ".err"});
-  const int rc = wait_exit(p, std::chrono::seconds(300)).value_or(-1);
+  const int rc = wait_exit(p, limit).value_or(-1);
   return {rc, nlohmann::json::parse(last_line(dir.path + "/" + tag + ".out"), nullptr, /*allow_exceptions=*/false)};
 }
 
