@@ -127,7 +127,7 @@ TEST_CASE("SFT through nexusd on robomimic and LIBERO files beats the mean actio
                                      "--dataset", file, "--steps", "800", "--batch", "32", "--seed",
                                      std::to_string(k), "--report-every", "0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    // 800 two-camera steps passed 300 s in a fresh Debian root (LibTorch 1.13) under ctest -j2,
+    // 800 two-camera steps took over 300 s in a fresh Debian root (LibTorch 1.13) under ctest -j2,
     // beside python.pip_install's compile and the fuzz run: the limit is for a hang, not a speed.
     return run_json(argv, f.dir, "sft-" + tenant, std::chrono::seconds(900));
   };
