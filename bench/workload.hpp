@@ -1,7 +1,9 @@
 // nexus-bench workload: the reference mix (3 RL tenants and 1 SFT tenant) run shared on one
 // daemon and then isolated (each tenant alone on a fresh daemon, one after another), in one
 // invocation; aggregate device time as the reference design counts it, per-service utilization,
-// per-tenant results, a CSV and a PNG timeline of busy intervals per service by tenant.
+// per-tenant results, a CSV and a PNG timeline of busy intervals per service by tenant, and the
+// CPU time of the daemon and its tenants in each run: the share of the cores the isolated runs
+// left idle is the most any schedule could save on this machine (`reduction_ceiling`).
 //
 // nexus-bench fairness: weights 1:2 under contention (compute-seconds ratio), and the predict
 // latency of an inference-only tenant idle vs. while three tenants saturate training, beside

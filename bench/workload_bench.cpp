@@ -1,4 +1,5 @@
 // nexus-bench workload (workload.hpp): the reference mix shared vs isolated-sequential.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -31,7 +32,28 @@ struct Run {
   std::map<std::string, nlohmann::json> results;
   DaemonStatus status;                       // accounting at the end
   std::string timeline_csv;                  // the daemon's busy intervals
+  double cpu_s = 0;                          // CPU time of the daemon and the tenants while it ran
 };
+
+// CPU seconds (user + system) a live process has used: /proc/PID/stat fields 14 and 15.
+double process_cpu_s(pid_t pid) {
+  const std::string text = test::read_file("/proc/" + std::to_string(pid) + "/stat");
+  // Field 2 (comm) may hold spaces: count fields after its closing parenthesis.
+  std::istringstream rest(text.substr(text.rfind(')') + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i)
+    if (i >= 14) ticks += std::stod(field);
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// CPU seconds of every child this process has reaped (the tenants, once waited for).
+double reaped_children_cpu_s() {
+  rusage u{};
+  ::getrusage(RUSAGE_CHILDREN, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
 
 std::vector<TenantWork> reference_mix(const WorkloadOptions& o, const std::string& dataset) {
   auto n = [&](double base) { return std::to_string(std::max(1L, std::lround(base * o.scale))); };
@@ -52,6 +74,8 @@ Run run_on_one_daemon(const WorkloadOptions& o, const std::vector<TenantWork>& t
   {
     test::Daemon daemon({"--log-level", "warn", "--timeline", timeline}, o.nexusd);
     const auto t0 = Clock::now();
+    // Counted from here, as wall time is: the daemon's start-up (loading the backbone) is not.
+    const double daemon_cpu0 = process_cpu_s(daemon.pid()), tenants_cpu0 = reaped_children_cpu_s();
     std::vector<pid_t> pids;
     for (const auto& t : tenants) {
       auto argv = t.argv;
@@ -75,6 +99,7 @@ Run run_on_one_daemon(const WorkloadOptions& o, const std::vector<TenantWork>& t
       if (left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     run.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    run.cpu_s = process_cpu_s(daemon.pid()) - daemon_cpu0 + reaped_children_cpu_s() - tenants_cpu0;
     run.status = query_status(daemon.socket());
   }  // the daemon stops here and writes its timeline
   run.timeline_csv = test::read_file(timeline);
@@ -116,12 +141,12 @@ int run_workload(const WorkloadOptions& o) {
   const Run shared = run_on_one_daemon(o, mix, dir, "shared");
   std::fprintf(stderr, "[workload] shared run took %.1f s\n", shared.wall_s);
   std::map<std::string, Run> alone;
-  double isolated_s = 0, busy_train = 0, busy_infer = 0, busy_env = 0;
+  double isolated_s = 0, busy_train = 0, busy_infer = 0, busy_env = 0, cpu_isolated = 0;
   for (const auto& t : mix) {
     std::fprintf(stderr, "[workload] isolated: %s alone on a fresh daemon ...\n", t.name.c_str());
     alone[t.name] = run_on_one_daemon(o, {t}, dir, "alone-" + t.name);
     const auto& r = alone[t.name];
-    isolated_s += r.wall_s;
+    isolated_s += r.wall_s, cpu_isolated += r.cpu_s;
     busy_train += r.status.training_busy_s, busy_infer += r.status.inference_busy_s, busy_env += r.status.environment_busy_s;
     std::fprintf(stderr, "[workload] %s alone took %.1f s\n", t.name.c_str(), r.wall_s);
   }
@@ -139,6 +164,15 @@ int run_workload(const WorkloadOptions& o) {
       {"infer_util_isolated", busy_infer / isolated_s}, {"infer_util_shared", shared.status.inference_busy_s / shared.wall_s},
       {"env_util_isolated", busy_env / isolated_s}, {"env_util_shared", shared.status.environment_busy_s / shared.wall_s},
       {"fairness_error", (hi - lo) / mean}, {"out", dir}};
+  // What the machine allows, measured: the cores were busy cpu_util of the time. Had sharing
+  // added no CPU work, the shared run could not take less than the isolated runs' CPU time
+  // spread over every core: the most any scheduler could save on this machine.
+  const double cores = static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN));
+  j["cores"] = cores;
+  j["cpu_s_isolated"] = cpu_isolated, j["cpu_s_shared"] = shared.cpu_s;
+  j["cpu_util_isolated"] = cpu_isolated / (cores * isolated_s);
+  j["cpu_util_shared"] = shared.cpu_s / (cores * shared.wall_s);
+  j["reduction_ceiling"] = 1 - cpu_isolated / (cores * isolated_s);
   std::ofstream csv(dir + "/workload.csv");
   csv << "mode,tenant,work,wall_s,compute_s,result\n";
   std::printf("%-7s %-12s %10s %10s %12s %12s  %s\n", "tenant", "work", "alone s", "shared s", "compute alone",
@@ -162,6 +196,10 @@ int run_workload(const WorkloadOptions& o) {
               100 * j["train_util_isolated"].get<double>(), 100 * j["train_util_shared"].get<double>(),
               100 * j["infer_util_isolated"].get<double>(), 100 * j["infer_util_shared"].get<double>(),
               100 * j["env_util_isolated"].get<double>(), 100 * j["env_util_shared"].get<double>());
+  std::printf("CPU (daemon and tenants) over %.0f cores: isolated %.1f s, %.1f%% busy; shared %.1f s, %.1f%% busy\n"
+              "  the most any schedule could save here, had sharing added no CPU work: %.1f%%\n",
+              cores, cpu_isolated, 100 * j["cpu_util_isolated"].get<double>(), shared.cpu_s,
+              100 * j["cpu_util_shared"].get<double>(), 100 * j["reduction_ceiling"].get<double>());
   std::printf("finish-time fairness error: %.2f (spread of shared/alone completion ratios over their mean)\n",
               j["fairness_error"].get<double>());
   // One timeline: the shared run, then the isolated runs one after another.

@@ -85,6 +85,15 @@ TEST_CASE("nexus-bench workload --json compares shared and isolated runs and wri
   }
   CHECK(j["shared_s"].get<double>() > 0);
   CHECK(j["isolated_s"].get<double>() > j["shared_s"].get<double>() * 0.5);
+  // The machine's ceiling comes from CPU time really measured: the runs computed (a daemon
+  // and its tenants busy at least a tenth of the time), and no more than every core all along.
+  for (const char* mode : {"isolated", "shared"}) {
+    INFO(mode);
+    const double util = j[std::string("cpu_util_") + mode].get<double>();
+    CHECK(util > 0.1);
+    CHECK(util <= 1.02);  // clock-tick rounding
+  }
+  CHECK(j["reduction_ceiling"].get<double>() == Approx(1 - j["cpu_util_isolated"].get<double>()));
   CHECK(read_file(out.path + "/w/workload.csv").find("mode,tenant") == 0);
   CHECK(read_file(out.path + "/w/timeline.png").substr(1, 3) == "PNG");
 }
