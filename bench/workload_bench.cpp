@@ -35,18 +35,6 @@ struct Run {
   double cpu_s = 0;                          // CPU time of the daemon and the tenants while it ran
 };
 
-// CPU seconds (user + system) a live process has used: /proc/PID/stat fields 14 and 15.
-double process_cpu_s(pid_t pid) {
-  const std::string text = test::read_file("/proc/" + std::to_string(pid) + "/stat");
-  // Field 2 (comm) may hold spaces: count fields after its closing parenthesis.
-  std::istringstream rest(text.substr(text.rfind(')') + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i)
-    if (i >= 14) ticks += std::stod(field);
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 // CPU seconds of every child this process has reaped (the tenants, once waited for).
 double reaped_children_cpu_s() {
   rusage u{};
@@ -75,7 +63,7 @@ Run run_on_one_daemon(const WorkloadOptions& o, const std::vector<TenantWork>& t
     test::Daemon daemon({"--log-level", "warn", "--timeline", timeline}, o.nexusd);
     const auto t0 = Clock::now();
     // Counted from here, as wall time is: the daemon's start-up (loading the backbone) is not.
-    const double daemon_cpu0 = process_cpu_s(daemon.pid()), tenants_cpu0 = reaped_children_cpu_s();
+    const double daemon_cpu0 = test::process_cpu_seconds(daemon.pid()), tenants_cpu0 = reaped_children_cpu_s();
     std::vector<pid_t> pids;
     for (const auto& t : tenants) {
       auto argv = t.argv;
@@ -99,7 +87,7 @@ Run run_on_one_daemon(const WorkloadOptions& o, const std::vector<TenantWork>& t
       if (left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     run.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    run.cpu_s = process_cpu_s(daemon.pid()) - daemon_cpu0 + reaped_children_cpu_s() - tenants_cpu0;
+    run.cpu_s = test::process_cpu_seconds(daemon.pid()) - daemon_cpu0 + reaped_children_cpu_s() - tenants_cpu0;
     run.status = query_status(daemon.socket());
   }  // the daemon stops here and writes its timeline
   run.timeline_csv = test::read_file(timeline);
@@ -170,9 +158,10 @@ int run_workload(const WorkloadOptions& o) {
   const double cores = static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN));
   j["cores"] = cores;
   j["cpu_s_isolated"] = cpu_isolated, j["cpu_s_shared"] = shared.cpu_s;
-  j["cpu_util_isolated"] = cpu_isolated / (cores * isolated_s);
+  const double cpu_util_isolated = cpu_isolated / (cores * isolated_s);
+  j["cpu_util_isolated"] = cpu_util_isolated;
   j["cpu_util_shared"] = shared.cpu_s / (cores * shared.wall_s);
-  j["reduction_ceiling"] = 1 - cpu_isolated / (cores * isolated_s);
+  j["reduction_ceiling"] = 1 - cpu_util_isolated;
   std::ofstream csv(dir + "/workload.csv");
   csv << "mode,tenant,work,wall_s,compute_s,result\n";
   std::printf("%-7s %-12s %10s %10s %12s %12s  %s\n", "tenant", "work", "alone s", "shared s", "compute alone",

@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <thread>
 
 #include "nexus/client.hpp"
@@ -22,20 +21,6 @@
 using namespace nexus::test;
 
 namespace {
-
-// A copy of hostile_peer where another Unix user may run it (the build tree may sit in /root).
-// The daemon's CPU time (user + system), seconds.
-double cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream f(s.substr(s.rfind(')') + 2));
-  std::string field;
-  unsigned long long utime = 0, stime = 0;
-  for (int i = 3; i <= 15 && f >> field; ++i)
-    if (i == 14) utime = std::stoull(field);
-    else if (i == 15) stime = std::stoull(field);
-  return double(utime + stime) / double(::sysconf(_SC_CLK_TCK));
-}
 
 // Ping round trips of a well-behaved tenant: p99 in milliseconds.
 double ping_p99_ms(const Daemon& d, const std::string& tenant, int n) {
@@ -131,9 +116,9 @@ TEST_CASE("a detached tenant that keeps ringing a dup of its doorbell leaves nex
   REQUIRE(eventually([&] { return !read_file(dir.path + "/ringer.json").empty(); }, std::chrono::seconds(10)));
   REQUIRE(daemon.wait_tenants(0, std::chrono::seconds(5)));  // detached; the dup is ringing
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  const double before = cpu_seconds(daemon.pid());
+  const double before = process_cpu_seconds(daemon.pid());
   std::this_thread::sleep_for(std::chrono::seconds(5));
-  const double used = cpu_seconds(daemon.pid()) - before;
+  const double used = process_cpu_seconds(daemon.pid()) - before;
   INFO("nexusd used " << used << " s of CPU in 5 s");
   CHECK(used < 0.5);
   ::kill(ringer, SIGKILL);

@@ -213,6 +213,17 @@ std::size_t count_mappings(pid_t pid, const std::string& needle) {
   return n;
 }
 
+double process_cpu_seconds(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  // Field 2 (comm) may hold spaces and parentheses: count fields after its last ')'.
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  unsigned long long ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i)
+    if (i >= 14) ticks += std::stoull(field);
+  return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
 std::size_t count_epoll_registrations(pid_t pid) {
   std::size_t n = 0;
   std::error_code ec;

@@ -72,6 +72,8 @@ class Daemon {
 // its mappings whose line contains `needle`.
 std::size_t count_fds(pid_t pid, const std::string& needle = "");
 std::size_t count_mappings(pid_t pid, const std::string& needle);
+// CPU seconds (user + system) a live process has used so far: /proc/PID/stat fields 14 and 15.
+double process_cpu_seconds(pid_t pid);
 // Registrations in the process's epoll sets (the "tfd:" lines of their /proc fdinfo).
 std::size_t count_epoll_registrations(pid_t pid);
 
