@@ -171,12 +171,17 @@ class Server:
         self.steps = _Counter()        # env steps served, all sessions together
         self.connections = _Counter()  # opens nexusd made: one per env_open of any number of sessions
         self.exchanges = _Counter()    # resets and steps answered: one per call, whatever its sessions
-        if os.path.exists(socket_path):
-            os.unlink(socket_path)
+        # The file appears at bind(), before chmod() and listen(): bound under a temporary name
+        # and renamed into place, `socket_path` appears only once nexusd may connect and is
+        # accepted (a connect in between would be refused or denied).
+        staging = socket_path + ".binding"
+        if os.path.exists(staging):
+            os.unlink(staging)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(socket_path)
-        os.chmod(socket_path, mode)  # nexusd's user must be able to connect
+        self._listener.bind(staging)
+        os.chmod(staging, mode)  # nexusd's user must be able to connect
         self._listener.listen(64)
+        os.replace(staging, socket_path)
         self._closed = False
 
     def serve_forever(self) -> None:
