@@ -20,6 +20,7 @@
 
 namespace {
 std::atomic<nexus::daemon::Reactor*> g_reactor{nullptr};  // for the signal handler
+std::atomic<bool> g_stop_before_serving{false};           // a stop that came before the reactor did
 
 #ifdef NEXUS_WITH_MODEL
 nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) {
@@ -158,6 +159,19 @@ int main(int argc, char** argv) {
   nexus::daemon::init_logging(config.log_level);
 
   std::signal(SIGPIPE, SIG_IGN);
+  // SIGTERM/SIGINT stop the reactor through a handler, not a blocked mask and a signalfd:
+  // libraries (OpenBLAS, OpenMP) start threads before main, and the kernel may hand a process
+  // signal to any thread that has not blocked it. Installed before the socket appears: a stop
+  // while the backbone loads is remembered and served as a clean exit (socket unlinked), not
+  // the default action's kill.
+  struct sigaction on_stop {};
+  on_stop.sa_handler = [](int) {
+    if (auto* reactor = g_reactor.load()) reactor->request_stop();
+    else g_stop_before_serving = true;
+  };
+  sigemptyset(&on_stop.sa_mask);
+  sigaction(SIGTERM, &on_stop, nullptr);
+  sigaction(SIGINT, &on_stop, nullptr);
 
   nexus::daemon::Listener listener;
   try {
@@ -184,16 +198,12 @@ int main(int argc, char** argv) {
       NEXUS_LOG(warn, "no_model", "reason=\"built without NEXUS_WITH_MODEL: serving the transport only\"");
 #endif
     reactor = std::make_unique<nexus::daemon::Reactor>(config, listener.fd, services.get());
-    // SIGTERM/SIGINT stop the reactor through a handler, not a blocked mask and a signalfd:
-    // libraries (OpenBLAS, OpenMP) start threads before main, and the kernel may hand a
-    // process signal to any thread that has not blocked it.
+    // Published before the flag is read: a signal before the store sets the flag, one after it
+    // rings the reactor; either way run() returns at once.
     g_reactor = reactor.get();
-    struct sigaction sa {};
-    sa.sa_handler = [](int) { g_reactor.load()->request_stop(); };
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGINT, &sa, nullptr);
+    if (g_stop_before_serving) reactor->request_stop();
     reactor->run();
+    g_reactor = nullptr;
     std::signal(SIGTERM, SIG_DFL);
     std::signal(SIGINT, SIG_DFL);
 #ifdef NEXUS_WITH_MODEL

@@ -60,24 +60,37 @@ Listener open_listener(const DaemonConfig& config) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(config.socket_path).parent_path(), ec);
   remove_stale(config.socket_path, a);
+  // Bound under a staging name, given its group, listening, and only then renamed onto the
+  // path: the path never names a socket that refuses connects (between bind and listen) or has
+  // the wrong group, so a client or script that waits for the file, and a second nexusd's
+  // stale-socket probe, never meet one. A path too long to stage is bound in place.
+  std::string staging = config.socket_path + ".binding";
+  if (staging.size() >= sizeof a.sun_path) staging = config.socket_path;
+  const sockaddr_un staged = address_of(staging);
+  if (staging != config.socket_path) remove_stale(staging, staged);  // a start that died before its rename
   l.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (l.fd < 0) fail("socket");
   // The socket file is born with its mode (a umask around bind), never chmod'ed by path
   // afterwards: nothing here follows a symlink someone could put in its place.
   const mode_t old_mask = ::umask(0777 & ~static_cast<mode_t>(config.socket_mode));
-  const int bound = ::bind(l.fd, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  const int bound = ::bind(l.fd, reinterpret_cast<const sockaddr*>(&staged), sizeof staged);
   ::umask(old_mask);
-  if (bound != 0) fail("bind " + config.socket_path);
-  l.path = config.socket_path;
+  if (bound != 0) fail("bind " + staging);
   if (!config.socket_group.empty()) {
     if (const group* g = ::getgrnam(config.socket_group.c_str())) {
-      if (::fchownat(AT_FDCWD, l.path.c_str(), static_cast<uid_t>(-1), g->gr_gid, AT_SYMLINK_NOFOLLOW) != 0)
-        l.warning = "cannot give " + l.path + " to group " + config.socket_group + ": " + std::strerror(errno);
+      if (::fchownat(AT_FDCWD, staging.c_str(), static_cast<uid_t>(-1), g->gr_gid, AT_SYMLINK_NOFOLLOW) != 0)
+        l.warning = "cannot give " + config.socket_path + " to group " + config.socket_group + ": " + std::strerror(errno);
     } else {
-      l.warning = "no group '" + config.socket_group + "': " + l.path + " keeps nexusd's group";
+      l.warning = "no group '" + config.socket_group + "': " + config.socket_path + " keeps nexusd's group";
     }
   }
-  if (::listen(l.fd, 128) != 0) fail("listen " + l.path);
+  if (::listen(l.fd, 128) != 0 || (staging != config.socket_path && ::rename(staging.c_str(), config.socket_path.c_str()) != 0)) {
+    const int why = errno;
+    ::unlink(staging.c_str());
+    errno = why;
+    fail("listen on " + config.socket_path);
+  }
+  l.path = config.socket_path;
   return l;
 }
 
