@@ -1,5 +1,6 @@
 // nexusd: owns the accelerators, keeps the backbone resident, serves tenants over shared memory.
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
@@ -20,7 +21,7 @@
 
 namespace {
 std::atomic<nexus::daemon::Reactor*> g_reactor{nullptr};  // for the signal handler
-std::atomic<bool> g_stop_before_serving{false};           // a stop that came before the reactor did
+std::atomic<bool> g_stop_requested{false};                // set by the handler before it reads g_reactor
 
 #ifdef NEXUS_WITH_MODEL
 nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) {
@@ -163,12 +164,15 @@ int main(int argc, char** argv) {
   // libraries (OpenBLAS, OpenMP) start threads before main, and the kernel may hand a process
   // signal to any thread that has not blocked it. Installed before the socket appears: a stop
   // while the backbone loads is remembered and served as a clean exit (socket unlinked), not
-  // the default action's kill.
+  // the default action's kill. SA_RESTART: the start-up's blocking calls are not cut short.
   struct sigaction on_stop {};
   on_stop.sa_handler = [](int) {
+    const int saved = errno;
+    g_stop_requested = true;  // written before g_reactor is read; main does the reverse
     if (auto* reactor = g_reactor.load()) reactor->request_stop();
-    else g_stop_before_serving = true;
+    errno = saved;
   };
+  on_stop.sa_flags = SA_RESTART;
   sigemptyset(&on_stop.sa_mask);
   sigaction(SIGTERM, &on_stop, nullptr);
   sigaction(SIGINT, &on_stop, nullptr);
@@ -182,6 +186,11 @@ int main(int argc, char** argv) {
     // The reactor outlives nothing that posts to it: the services are declared after it, so
     // their threads are joined first.
     std::unique_ptr<nexus::daemon::Reactor> reactor;
+    // However this scope ends (a throw included), the handler stops seeing the reactor before
+    // the reactor is destroyed.
+    struct Unpublish {
+      ~Unpublish() { g_reactor = nullptr; }
+    } unpublish;
     std::unique_ptr<nexus::daemon::ServicePort> services;
 #ifdef NEXUS_WITH_MODEL
     nexus::daemon::Master* master = nullptr;
@@ -198,10 +207,10 @@ int main(int argc, char** argv) {
       NEXUS_LOG(warn, "no_model", "reason=\"built without NEXUS_WITH_MODEL: serving the transport only\"");
 #endif
     reactor = std::make_unique<nexus::daemon::Reactor>(config, listener.fd, services.get());
-    // Published before the flag is read: a signal before the store sets the flag, one after it
-    // rings the reactor; either way run() returns at once.
+    // Stored before the flag is read, while the handler sets the flag before it reads this (all
+    // seq_cst): a stop at any moment is seen by one side or the other, so run() returns.
     g_reactor = reactor.get();
-    if (g_stop_before_serving) reactor->request_stop();
+    if (g_stop_requested) reactor->request_stop();
     reactor->run();
     g_reactor = nullptr;
     std::signal(SIGTERM, SIG_DFL);

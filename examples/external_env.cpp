@@ -13,6 +13,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <thread>
 
 #include <CLI/CLI.hpp>
@@ -148,19 +149,25 @@ int main(int argc, char** argv) {
   g_extra_after = extra_after;
   g_short_after = short_after;
   std::signal(SIGPIPE, SIG_IGN);
-  // The socket file appears at bind(), but connects are refused until listen(). Binding a
-  // temporary name and renaming it into place makes `path` appear only once it accepts, so
-  // whoever waits for the file (nexusd's operator, the tests) never meets that window.
-  const std::string staging = path + ".binding";
+  // The socket file appears at bind(), but connects are refused until listen(). Bound under
+  // this process's own name and renamed into place, `path` appears only once it accepts, so
+  // whoever waits for the file (nexusd's operator, the tests) never meets that window. A path
+  // too long for the staged name is bound in place.
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  if (staging.size() >= sizeof(addr.sun_path)) return 2;
+  if (path.size() >= sizeof(addr.sun_path)) {
+    std::fprintf(stderr, "external_env: socket path too long (%zu bytes): %s\n", path.size(), path.c_str());
+    return 2;
+  }
+  std::string staging = path + "." + std::to_string(::getpid());
+  if (staging.size() >= sizeof(addr.sun_path)) staging = path;
   std::memcpy(addr.sun_path, staging.c_str(), staging.size() + 1);
   ::unlink(staging.c_str());
   const int listener = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (listener < 0 || ::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(listener, 64) != 0 || ::rename(staging.c_str(), path.c_str()) != 0) {
+      ::listen(listener, 64) != 0 || (staging != path && ::rename(staging.c_str(), path.c_str()) != 0)) {
     std::fprintf(stderr, "external_env: cannot listen on %s: %s\n", path.c_str(), std::strerror(errno));
+    ::unlink(staging.c_str());
     return 1;
   }
   std::printf("external_env: serving reach and push on %s\n", path.c_str());

@@ -29,16 +29,34 @@ sockaddr_un address_of(const std::string& path) {
   return a;
 }
 
-// A socket file left by a daemon that died is removed; one that still answers is not ours.
+// A socket file left by a daemon that died is removed; one that still answers is not ours, and
+// one we cannot tell about (a probe that fails otherwise than refused) is left alone.
 void remove_stale(const std::string& path, const sockaddr_un& a) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) return;
   if (!S_ISSOCK(st.st_mode)) throw std::runtime_error(path + " exists and is not a socket");
   const int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const bool live = ::connect(probe, reinterpret_cast<const sockaddr*>(&a), sizeof a) == 0;
+  const int connected = ::connect(probe, reinterpret_cast<const sockaddr*>(&a), sizeof a);
+  const int why = errno;
   ::close(probe);
-  if (live) throw std::runtime_error("another nexusd is listening on " + path);
+  if (connected == 0) throw std::runtime_error("another nexusd is listening on " + path);
+  if (why == ENOENT) return;
+  if (why != ECONNREFUSED) throw std::runtime_error("cannot tell whether " + path + " is in use: " + std::strerror(why));
   ::unlink(path.c_str());
+}
+
+// Makes the bound socket at `staging` appear as `path`: a hard link (which, unlike rename,
+// never replaces a socket another nexusd put there meanwhile), then the staged name and its
+// private directory go.
+void publish(const std::string& staging, const std::string& stage_dir, const std::string& path) {
+  const int linked = ::link(staging.c_str(), path.c_str());
+  const int why = errno;
+  ::unlink(staging.c_str());
+  ::rmdir(stage_dir.c_str());
+  if (linked != 0) {
+    errno = why;
+    fail(why == EEXIST ? path + " appeared while nexusd was binding (another nexusd starting?)" : "link " + path);
+  }
 }
 
 }  // namespace
@@ -60,22 +78,30 @@ Listener open_listener(const DaemonConfig& config) {
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(config.socket_path).parent_path(), ec);
   remove_stale(config.socket_path, a);
-  // Bound under a staging name, given its group, listening, and only then renamed onto the
-  // path: the path never names a socket that refuses connects (between bind and listen) or has
-  // the wrong group, so a client or script that waits for the file, and a second nexusd's
-  // stale-socket probe, never meet one. A path too long to stage is bound in place.
-  std::string staging = config.socket_path + ".binding";
-  if (staging.size() >= sizeof a.sun_path) staging = config.socket_path;
-  const sockaddr_un staged = address_of(staging);
-  if (staging != config.socket_path) remove_stale(staging, staged);  // a start that died before its rename
+  // Bound in a private staging directory beside the path (mkdtemp: 0700, an unpredictable
+  // name nobody else can use or pre-empt), given its group, set listening, and only then linked
+  // onto the path: the path never names a socket that refuses connects (between bind and
+  // listen) or has not yet been given its group, so a script that waits for the file, and a
+  // second nexusd's stale-socket probe, never meet one. A path too long to stage is bound in place.
+  const std::string parent = std::filesystem::path(config.socket_path).parent_path().string();
+  std::string stage_dir = (parent.empty() ? "." : parent) + "/.nexusd-XXXXXX";
+  std::string staging = config.socket_path;
+  if (stage_dir.size() + 2 < sizeof a.sun_path && ::mkdtemp(stage_dir.data()) != nullptr) staging = stage_dir + "/s";
+  const bool staged = staging != config.socket_path;
+  const sockaddr_un bind_at = address_of(staging);
   l.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (l.fd < 0) fail("socket");
   // The socket file is born with its mode (a umask around bind), never chmod'ed by path
   // afterwards: nothing here follows a symlink someone could put in its place.
   const mode_t old_mask = ::umask(0777 & ~static_cast<mode_t>(config.socket_mode));
-  const int bound = ::bind(l.fd, reinterpret_cast<const sockaddr*>(&staged), sizeof staged);
+  const int bound = ::bind(l.fd, reinterpret_cast<const sockaddr*>(&bind_at), sizeof bind_at);
   ::umask(old_mask);
-  if (bound != 0) fail("bind " + staging);
+  if (bound != 0) {
+    const int why = errno;
+    if (staged) ::rmdir(stage_dir.c_str());
+    errno = why;
+    fail("bind " + config.socket_path);
+  }
   if (!config.socket_group.empty()) {
     if (const group* g = ::getgrnam(config.socket_group.c_str())) {
       if (::fchownat(AT_FDCWD, staging.c_str(), static_cast<uid_t>(-1), g->gr_gid, AT_SYMLINK_NOFOLLOW) != 0)
@@ -84,19 +110,26 @@ Listener open_listener(const DaemonConfig& config) {
       l.warning = "no group '" + config.socket_group + "': " + config.socket_path + " keeps nexusd's group";
     }
   }
-  if (::listen(l.fd, 128) != 0 || (staging != config.socket_path && ::rename(staging.c_str(), config.socket_path.c_str()) != 0)) {
+  if (::listen(l.fd, 128) != 0) {
     const int why = errno;
     ::unlink(staging.c_str());
+    if (staged) ::rmdir(stage_dir.c_str());
     errno = why;
-    fail("listen on " + config.socket_path);
+    fail("listen " + config.socket_path);
   }
+  if (staged) publish(staging, stage_dir, config.socket_path);
   l.path = config.socket_path;
+  struct stat st;
+  if (::lstat(l.path.c_str(), &st) == 0) l.file = {st.st_dev, st.st_ino};
   return l;
 }
 
 void close_listener(Listener& l) {
   if (l.fd >= 0) ::close(l.fd);
-  if (!l.path.empty()) ::unlink(l.path.c_str());
+  // Only the file we bound: a socket another nexusd put at the path since is not ours to remove.
+  struct stat st;
+  if (!l.path.empty() && ::lstat(l.path.c_str(), &st) == 0 && l.file == std::pair{st.st_dev, st.st_ino})
+    ::unlink(l.path.c_str());
   l.fd = -1;
 }
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+import tempfile
 import threading
 from typing import Any, Callable
 
@@ -171,17 +172,30 @@ class Server:
         self.steps = _Counter()        # env steps served, all sessions together
         self.connections = _Counter()  # opens nexusd made: one per env_open of any number of sessions
         self.exchanges = _Counter()    # resets and steps answered: one per call, whatever its sessions
-        # The file appears at bind(), before chmod() and listen(): bound under a temporary name
-        # and renamed into place, `socket_path` appears only once nexusd may connect and is
-        # accepted (a connect in between would be refused or denied).
-        staging = socket_path + ".binding"
-        if os.path.exists(staging):
-            os.unlink(staging)
+        # The file appears at bind(), before chmod() and listen(): bound in a private directory
+        # beside it (mkdtemp: 0700, so nobody can swap the file before the chmod) and renamed into
+        # place, `socket_path` appears only once nexusd may connect and is accepted. A path too
+        # long for the staged name is bound in place.
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(staging)
-        os.chmod(staging, mode)  # nexusd's user must be able to connect
-        self._listener.listen(64)
-        os.replace(staging, socket_path)
+        stage_dir = tempfile.mkdtemp(prefix=".nexus-env-", dir=os.path.dirname(os.path.abspath(socket_path)))
+        staging = os.path.join(stage_dir, "s")
+        if len(os.fsencode(staging)) >= 108:  # sun_path
+            staging = socket_path
+        try:
+            if staging == socket_path and os.path.lexists(socket_path):
+                os.unlink(socket_path)
+            self._listener.bind(staging)
+            os.chmod(staging, mode)  # nexusd's user must be able to connect
+            self._listener.listen(64)
+            if staging != socket_path:
+                os.replace(staging, socket_path)
+        except BaseException:
+            self._listener.close()
+            if staging != socket_path and os.path.lexists(staging):
+                os.unlink(staging)
+            raise
+        finally:
+            os.rmdir(stage_dir)
         self._closed = False
 
     def serve_forever(self) -> None:
