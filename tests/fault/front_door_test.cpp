@@ -48,9 +48,11 @@ TEST_CASE("2000 idle connections of one user lock nobody out: others attach and 
                     tenant = executable_copy(ping_tenant_path(), dir);
   // The default mode 0660, and a group both users are in, as lab members would be.
   const std::string group = "nexus-test-lab";
-  std::system(("/usr/sbin/groupadd -f " + group + " && /usr/sbin/usermod -a -G " + group +
-               " nexus-test-idler && /usr/sbin/usermod -a -G " + group + " nexus-test-worker").c_str());
-  const gid_t lab = ::getgrnam(group.c_str())->gr_gid;
+  REQUIRE(std::system(("/usr/sbin/groupadd -f " + group + " && /usr/sbin/usermod -a -G " + group +
+                       " nexus-test-idler && /usr/sbin/usermod -a -G " + group + " nexus-test-worker").c_str()) == 0);
+  const struct group* lab_group = ::getgrnam(group.c_str());
+  REQUIRE(lab_group != nullptr);
+  const gid_t lab = lab_group->gr_gid;
   Daemon daemon({"--socket-mode", "660", "--socket-group", group});
   struct stat st {};
   REQUIRE(::stat(daemon.socket().c_str(), &st) == 0);
@@ -85,10 +87,15 @@ TEST_CASE("20000 pipelined status requests never read, and a byte stream on a te
                             {.stdout_path = dir.path + "/flood.json"});
   const pid_t stream = spawn({NEXUS_TEST_HOSTILE_PEER, "stream", daemon.socket(), "streamer", "20"},
                              {.stdout_path = dir.path + "/stream.json"});
+  // The flood has written all nexusd would take (it reports once a send stalls); the streamer
+  // has had time to attach and stream.
+  REQUIRE(eventually([&] { return !read_file(dir.path + "/flood.json").empty(); }, std::chrono::seconds(30)));
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const double busy_p99 = ping_p99_ms(daemon, "calm", 5000);
   INFO("ping p99 " << idle_p99 << " ms alone, " << busy_p99 << " ms beside the flood and the stream");
-  CHECK(busy_p99 < 10.0);
+  // A reactor held by either peer answers in seconds, not milliseconds; the bound leaves room for
+  // a loaded machine (these cases run alone: RUN_SERIAL) and still catches that.
+  CHECK(busy_p99 < 25.0);
   // Newcomers attach throughout: the streamer's bytes are read a budget at a time, so the
   // reactor gets back to the listener (unbounded, it could be held for as long as the stream
   // outpaced the discarding).
@@ -96,7 +103,7 @@ TEST_CASE("20000 pipelined status requests never read, and a byte stream on a te
   for (int i = 0; i < 20; ++i) {
     try {
       nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "newcomer-" + std::to_string(i),
-                             .timeout = std::chrono::milliseconds(2000)});
+                             .timeout = std::chrono::milliseconds(10000)});
       ++attached;
     } catch (const nexus::Error& e) {
       UNSCOPED_INFO("newcomer " << i << ": " << e.what());
@@ -111,7 +118,7 @@ TEST_CASE("20000 pipelined status requests never read, and a byte stream on a te
 TEST_CASE("a detached tenant that keeps ringing a dup of its doorbell leaves nexusd idle", "[fault][frontdoor]") {
   TempDir dir;
   Daemon daemon({"--spin-us", "0"});
-  const pid_t ringer = spawn({NEXUS_TEST_HOSTILE_PEER, "doorbell", daemon.socket(), "ringer", "8"},
+  const pid_t ringer = spawn({NEXUS_TEST_HOSTILE_PEER, "doorbell", daemon.socket(), "ringer", "60"},
                              {.stdout_path = dir.path + "/ringer.json"});
   REQUIRE(eventually([&] { return !read_file(dir.path + "/ringer.json").empty(); }, std::chrono::seconds(10)));
   REQUIRE(daemon.wait_tenants(0, std::chrono::seconds(5)));  // detached; the dup is ringing

@@ -80,6 +80,10 @@ TEST_CASE("weighted fair share: tenants weighted 1:2 that keep the queue busy ge
   Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn", "-c", dir.path + "/nexusd.toml"});
   const pid_t light = busy_trainer(daemon, dir, "light"), heavy = busy_trainer(daemon, dir, "heavy");
   std::this_thread::sleep_for(std::chrono::seconds(4));  // both registered and busy
+  REQUIRE(eventually([&] {
+    const auto m = compute_by_tenant(daemon.socket());
+    return m.count("light") && m.count("heavy");
+  }, std::chrono::seconds(60)));
   const auto before = compute_by_tenant(daemon.socket());
   std::this_thread::sleep_for(std::chrono::seconds(20));
   const auto after = compute_by_tenant(daemon.socket());

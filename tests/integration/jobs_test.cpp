@@ -94,7 +94,8 @@ TEST_CASE("SFT and evaluation jobs run in nexusd, report progress, and are cance
                            .uid = user->uid, .gid = user->gid});
     CHECK(wait_exit(p, std::chrono::seconds(10)) == 1);
     CHECK_THAT(read_file(dir.path + "/probe.err"), Catch::Contains("UnknownJob"));
-    CHECK(c->job(again).state == "running");
+    const auto state = c->job(again).state;  // untouched by the refused cancel (queued until its thread runs)
+    CHECK((state == "running" || state == "queued"));
     c->job_cancel(again);
   }
 }
@@ -134,9 +135,13 @@ TEST_CASE("nexusctl usage, metrics and top report the accounting", "[integration
   const std::string session = "nexus-top-" + std::to_string(::getpid());
   const std::string top = nexusctl_path() + " -s " + daemon.socket() + " top --interval 0.3 --iterations 3; sleep 30";
   REQUIRE(std::system(("tmux new-session -d -s " + session + " -x 80 -y 24 '" + top + "'").c_str()) == 0);
-  std::this_thread::sleep_for(std::chrono::seconds(3));
   const std::string pane = dir.path + "/pane.txt";
-  std::system(("tmux capture-pane -p -t " + session + " > " + pane + "; tmux kill-session -t " + session).c_str());
+  // Read back until top has drawn its table (its last line, JOB's header), not after a fixed wait.
+  eventually([&] {
+    std::system(("tmux capture-pane -p -t " + session + " > " + pane).c_str());
+    return read_file(pane).find("JOB") != std::string::npos;
+  }, std::chrono::seconds(30));
+  std::system(("tmux kill-session -t " + session).c_str());
   const std::string screen = read_file(pane);
   INFO(screen);
   std::istringstream lines(screen);

@@ -82,7 +82,7 @@ TEST_CASE("nexusd reports READY=1 to NOTIFY_SOCKET and feeds the watchdog", "[in
   ::close(fd);
   ::kill(d, SIGTERM);
   INFO(read_file(dir.path + "/log"));
-  CHECK(wait_exit(d, std::chrono::seconds(5)) == 0);
+  CHECK(wait_exit(d, std::chrono::seconds(30)) == 0);
   CHECK(ready);
   CHECK(watchdogs >= 4);  // every 200 ms (half of WATCHDOG_USEC) for about 3 s, loosely
 }
@@ -113,6 +113,6 @@ TEST_CASE("systemd-socket-activate starts nexusd on the first connection, which 
   client.reset();
   ::kill(act, SIGTERM);  // the activator exec'd nexusd: this is nexusd
   INFO(read_file(dir.path + "/log"));
-  CHECK(wait_exit(act, std::chrono::seconds(5)) == 0);
+  CHECK(wait_exit(act, std::chrono::seconds(30)) == 0);
   CHECK_THAT(read_file(dir.path + "/log"), Catch::Contains("systemd=true"));
 }

@@ -158,7 +158,8 @@ Daemon::Daemon(std::vector<std::string> extra, const std::string& nexusd) {
   if (std::find(extra.begin(), extra.end(), "--socket-mode") == extra.end())
     argv.insert(argv.end(), {"--socket-mode", "666"});
   pid_ = spawn(argv, {.stdout_path = log_, .stderr_path = log_});
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  // Generous: a release nexusd loads LibTorch and the backbone first, beside CI's other tests.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
     try {
       query_status(socket_, std::chrono::milliseconds(500));

@@ -83,20 +83,21 @@ TEST_CASE("a failing role is restarted with a doubling back-off, then given up w
 }
 
 TEST_CASE("a silent role is taken over, and a superseded holder's report and an idle role are ignored", "[health]") {
+  // A 500 ms heartbeat: the test thread's own beats below must not miss it on a loaded machine.
   HealthManager health(RestartPolicy{.max_restarts = 5, .window = 60000ms, .backoff = 10ms, .max_backoff = 100ms});
   std::atomic<int> restarts{0};
-  auto role = health.add("worker", 150ms, [&] { ++restarts; });
+  auto role = health.add("worker", 500ms, [&] { ++restarts; });
   const auto first = role->generation();
   {
     nexus::daemon::RoleIdle waiting(role.get());  // waiting for work: not silent
-    std::this_thread::sleep_for(400ms);
+    std::this_thread::sleep_for(1200ms);
   }
   CHECK(restarts == 0);
-  REQUIRE(eventually([&] { return restarts == 1; }));  // now silent past 150 ms
+  REQUIRE(eventually([&] { return restarts == 1; }));  // now silent past 500 ms
   CHECK_FALSE(role->current(first));
   const auto roles = health.roles();
   REQUIRE(roles.size() == 1);
-  CHECK(roles[0].last_reason == "missed its heartbeat (150 ms)");
+  CHECK(roles[0].last_reason == "missed its heartbeat (500 ms)");
   // The hung holder wakes and reports a failure of its own: the role is someone else's now.
   role->failed("late report", first);
   for (int i = 0; i < 30; ++i) role->beat(), std::this_thread::sleep_for(10ms);
@@ -105,12 +106,13 @@ TEST_CASE("a silent role is taken over, and a superseded holder's report and an 
 }
 
 TEST_CASE("after remove() returns, a role's restart is never called, even one already due", "[health]") {
-  HealthManager health(RestartPolicy{.max_restarts = 5, .window = 60000ms, .backoff = 200ms, .max_backoff = 200ms});
+  // A 2 s back-off: remove() comes well inside it even if this thread is descheduled a while.
+  HealthManager health(RestartPolicy{.max_restarts = 5, .window = 60000ms, .backoff = 2000ms, .max_backoff = 2000ms});
   std::atomic<int> restarts{0};
   auto role = health.add("leaving", 0ms, [&] { ++restarts; });
   role->failed("boom");
   std::this_thread::sleep_for(50ms);  // scheduled, backing off
   health.remove(role);
-  std::this_thread::sleep_for(400ms);
+  std::this_thread::sleep_for(2500ms);  // past the back-off: the restart would have run by now
   CHECK(restarts == 0);
 }

@@ -20,6 +20,10 @@ TEST_CASE("the training queue blocks a producer that runs ahead and hands record
       ++pushed;
     }
   });
+  // Wait for the two pushes the bound admits (the producer may start late on a loaded machine),
+  // then give it time to run past the bound if it could.
+  for (int waited = 0; pushed < 2 && waited < 10000; waited += 5)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(pushed == 2);  // the bound holds the producer back
   for (int i = 0; i < 5; ++i) CHECK(q.pop() == i);
