@@ -45,19 +45,18 @@ void remove_stale(const std::string& path, const sockaddr_un& a) {
   ::unlink(path.c_str());
 }
 
-// Makes the bound socket at `staging` appear as `path`: a hard link (which, unlike rename,
-// never replaces a socket another nexusd put there meanwhile), then the staged name and its
-// private directory go.
-void publish(const std::string& staging, const std::string& stage_dir, const std::string& path) {
-  const int linked = ::link(staging.c_str(), path.c_str());
-  const int why = errno;
-  ::unlink(staging.c_str());
-  ::rmdir(stage_dir.c_str());
-  if (linked != 0) {
-    errno = why;
-    fail(why == EEXIST ? path + " appeared while nexusd was binding (another nexusd starting?)" : "link " + path);
+// A private staging directory and the socket name bound in it (both empty: binding in place).
+// Both are removed however open_listener ends: published, the socket lives on at its path.
+struct Staging {
+  std::string dir, socket;
+  Staging() = default;
+  Staging(const Staging&) = delete;
+  ~Staging() {
+    if (dir.empty()) return;
+    ::unlink(socket.c_str());
+    ::rmdir(dir.c_str());
   }
-}
+};
 
 }  // namespace
 
@@ -84,11 +83,12 @@ Listener open_listener(const DaemonConfig& config) {
   // listen) or has not yet been given its group, so a script that waits for the file, and a
   // second nexusd's stale-socket probe, never meet one. A path too long to stage is bound in place.
   const std::string parent = std::filesystem::path(config.socket_path).parent_path().string();
-  std::string stage_dir = (parent.empty() ? "." : parent) + "/.nexusd-XXXXXX";
-  std::string staging = config.socket_path;
-  if (stage_dir.size() + 2 < sizeof a.sun_path && ::mkdtemp(stage_dir.data()) != nullptr) staging = stage_dir + "/s";
-  const bool staged = staging != config.socket_path;
-  const sockaddr_un bind_at = address_of(staging);
+  Staging stage;
+  if (std::string dir = (parent.empty() ? "." : parent) + "/.nexusd-XXXXXX";
+      dir.size() + 2 < sizeof a.sun_path && ::mkdtemp(dir.data()) != nullptr)
+    stage.dir = dir, stage.socket = dir + "/s";
+  const std::string& bind_path = stage.dir.empty() ? config.socket_path : stage.socket;
+  const sockaddr_un bind_at = address_of(bind_path);
   l.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (l.fd < 0) fail("socket");
   // The socket file is born with its mode (a umask around bind), never chmod'ed by path
@@ -96,28 +96,20 @@ Listener open_listener(const DaemonConfig& config) {
   const mode_t old_mask = ::umask(0777 & ~static_cast<mode_t>(config.socket_mode));
   const int bound = ::bind(l.fd, reinterpret_cast<const sockaddr*>(&bind_at), sizeof bind_at);
   ::umask(old_mask);
-  if (bound != 0) {
-    const int why = errno;
-    if (staged) ::rmdir(stage_dir.c_str());
-    errno = why;
-    fail("bind " + config.socket_path);
-  }
+  if (bound != 0) fail("bind " + config.socket_path);
   if (!config.socket_group.empty()) {
     if (const group* g = ::getgrnam(config.socket_group.c_str())) {
-      if (::fchownat(AT_FDCWD, staging.c_str(), static_cast<uid_t>(-1), g->gr_gid, AT_SYMLINK_NOFOLLOW) != 0)
+      if (::fchownat(AT_FDCWD, bind_path.c_str(), static_cast<uid_t>(-1), g->gr_gid, AT_SYMLINK_NOFOLLOW) != 0)
         l.warning = "cannot give " + config.socket_path + " to group " + config.socket_group + ": " + std::strerror(errno);
     } else {
       l.warning = "no group '" + config.socket_group + "': " + config.socket_path + " keeps nexusd's group";
     }
   }
-  if (::listen(l.fd, 128) != 0) {
-    const int why = errno;
-    ::unlink(staging.c_str());
-    if (staged) ::rmdir(stage_dir.c_str());
-    errno = why;
-    fail("listen " + config.socket_path);
-  }
-  if (staged) publish(staging, stage_dir, config.socket_path);
+  if (::listen(l.fd, 128) != 0) fail("listen " + config.socket_path);
+  // A hard link, unlike a rename, never replaces a socket another nexusd put at the path meanwhile.
+  if (!stage.dir.empty() && ::link(stage.socket.c_str(), config.socket_path.c_str()) != 0)
+    fail(errno == EEXIST ? config.socket_path + " appeared while nexusd was binding (another nexusd starting?)"
+                         : "link " + config.socket_path);
   l.path = config.socket_path;
   struct stat st;
   if (::lstat(l.path.c_str(), &st) == 0) l.file = {st.st_dev, st.st_ino};

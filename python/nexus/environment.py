@@ -181,9 +181,9 @@ class Server:
         staging = os.path.join(stage_dir, "s")
         if len(os.fsencode(staging)) >= 108:  # sun_path
             staging = socket_path
-        try:
-            if staging == socket_path and os.path.lexists(socket_path):
+            if os.path.lexists(socket_path):
                 os.unlink(socket_path)
+        try:
             self._listener.bind(staging)
             os.chmod(staging, mode)  # nexusd's user must be able to connect
             self._listener.listen(64)
@@ -191,10 +191,10 @@ class Server:
                 os.replace(staging, socket_path)
         except BaseException:
             self._listener.close()
-            if staging != socket_path and os.path.lexists(staging):
-                os.unlink(staging)
             raise
         finally:
+            if staging != socket_path and os.path.lexists(staging):  # not published: a failure
+                os.unlink(staging)
             os.rmdir(stage_dir)
         self._closed = False
 

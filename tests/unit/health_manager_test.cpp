@@ -10,22 +10,14 @@
 #include <vector>
 
 #include "daemon/health/health_manager.hpp"
+#include "processes.hpp"
 
 using nexus::daemon::HealthManager;
 using nexus::daemon::RestartPolicy;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-namespace {
-
-template <class F>
-bool eventually(F f, std::chrono::milliseconds limit = 5000ms) {
-  for (auto end = Clock::now() + limit; Clock::now() < end; std::this_thread::sleep_for(5ms))
-    if (f()) return true;
-  return f();
-}
-
-}  // namespace
+using nexus::test::eventually;
 
 TEST_CASE("a failing role is restarted with a doubling back-off, then given up with its last error", "[health]") {
   HealthManager health(RestartPolicy{.max_restarts = 3, .window = 60000ms, .backoff = 40ms, .max_backoff = 1000ms});

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "daemon/rl/training_queue.hpp"
+#include "processes.hpp"
 
 using nexus::rl::StalePolicy;
 using nexus::rl::Staleness;
@@ -22,8 +23,7 @@ TEST_CASE("the training queue blocks a producer that runs ahead and hands record
   });
   // Wait for the two pushes the bound admits (the producer may start late on a loaded machine),
   // then give it time to run past the bound if it could.
-  for (int waited = 0; pushed < 2 && waited < 10000; waited += 5)
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  REQUIRE(nexus::test::eventually([&] { return pushed >= 2; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(pushed == 2);  // the bound holds the producer back
   for (int i = 0; i < 5; ++i) CHECK(q.pop() == i);
