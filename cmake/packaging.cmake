@@ -1,5 +1,7 @@
 # Installation and the Debian package (scripts/package.sh builds it: cpack -G DEB).
 #   /usr/bin/nexusd, nexusctl           the daemon and its administration tool
+#   /usr/bin/nexus-dataset-reader       the sandboxed parser nexusd runs for tenants' datasets
+#   maintainer scripts                  systemd/debian/: postinst, prerm, postrm (tests/deb/lifecycle_test.sh)
 #   /usr/lib/systemd/system/            nexusd.service (Type=notify, watchdog) and nexusd.socket
 #   /usr/lib/sysusers.d, tmpfiles.d     the nexus user and group; /var/lib/nexus (0700), /run/nexus
 #   /etc/nexus/nexusd.toml              the configuration (a conffile: local edits are kept)
@@ -27,7 +29,7 @@ set(CPACK_GENERATOR DEB)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)  # Depends from the binaries' shared libraries (dpkg-shlibdeps)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd, libflatbuffers-dev")
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${PROJECT_SOURCE_DIR}/systemd/debian/postinst;${PROJECT_SOURCE_DIR}/systemd/debian/conffiles")
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "systemd, init-system-helpers, libflatbuffers-dev")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA "${PROJECT_SOURCE_DIR}/systemd/debian/postinst;${PROJECT_SOURCE_DIR}/systemd/debian/prerm;${PROJECT_SOURCE_DIR}/systemd/debian/postrm;${PROJECT_SOURCE_DIR}/systemd/debian/conffiles")
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 include(CPack)

@@ -11,6 +11,8 @@
 #include <CLI/CLI.hpp>
 
 #include "daemon/config/config.hpp"
+#include "daemon/env/dataset_sandbox.hpp"
+#include "daemon/fault/fault_plan.hpp"
 #include "daemon/ipc/listener.hpp"
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
@@ -37,18 +39,24 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.model.max_request_gflop = c.max_request_gflop;
   m.model.versions_kept = static_cast<int>(c.versions_kept);
   m.model.idle_evict = c.idle_evict;
+  m.model.users = {c.max_slots_per_uid, c.max_checkpoints_per_uid, c.checkpoint_bytes_per_uid};
   for (const auto& [name, w] : c.tenants) m.model.tenants[name] = {w.weight, w.priority, w.replica};
   m.env.workers = static_cast<int>(c.env_workers);
   m.external_envs = c.external_envs;
   m.external_timeouts = {c.external_open_timeout, c.external_step_timeout};
-  m.datasets = {c.datasets_per_tenant, c.dataset_bytes_per_tenant, c.dataset_bytes_total};
+  m.datasets = {c.datasets_per_tenant, c.dataset_bytes_per_tenant, c.dataset_bytes_total,
+                {c.dataset_reader.empty() ? nexus::env::reader_beside_executable() : c.dataset_reader,
+                 c.dataset_parse_timeout}};
+  if (m.datasets.reader.path.empty()) {  // loads fail with this path's reason; never parsed in nexusd
+    m.datasets.reader.path = "/nonexistent/nexus-dataset-reader";
+    NEXUS_LOG(warn, "dataset_reader_missing", "reason=\"no nexus-dataset-reader beside nexusd and no [env] dataset_reader: "
+                                              "dataset loads will fail\"");
+  }
   m.jobs.max_running_per_tenant = static_cast<int>(c.jobs_running_per_tenant);
   m.jobs.max_running = static_cast<int>(c.jobs_running);
   m.jobs.heartbeat = c.job_heartbeat;
-  m.faults.insert(c.inject_faults.begin(), c.inject_faults.end());
-  m.jobs.inject_hang = m.faults.count("job-hang") > 0;
-  m.jobs.inject_rl_throw = m.faults.count("rl-rollout-throw") > 0;
-  m.jobs.inject_rl_hang = m.faults.count("rl-rollout-hang") > 0;
+  m.jobs.max_per_tenant = static_cast<int>(c.jobs_per_tenant);
+  m.jobs.max_jobs = static_cast<int>(c.jobs_total);
   m.request_bytes_per_tenant = c.request_bytes_per_tenant;
   m.record_timeline = !c.timeline_path.empty();
   return m;
@@ -104,9 +112,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-request-gflop", max_request_gflop, "per-request cost budget ([model] max_request_gflop)");
   app.add_option("--timeline", timeline, "at exit, write every service's busy intervals as CSV (nexus-bench workload)");
   app.add_flag("--version", version, "print the version and exit");
-  app.add_option("--inject-fault", inject_faults,
-                 "tests only: env-worker-throw, job-hang, rl-rollout-throw, rl-rollout-hang, executor-throw")
-      ->check(CLI::IsMember({"env-worker-throw", "job-hang", "rl-rollout-throw", "rl-rollout-hang", "executor-throw"}));
+  app.add_option("--inject-fault", inject_faults, "tests only: a fault to inject once (daemon/fault/fault_plan.hpp)")
+      ->check(CLI::IsMember(nexus::daemon::fault::Plan::names()));
   app.add_flag("--check-config", check_config, "check the configuration (file and flags), print what it resolves to, and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {
@@ -158,6 +165,13 @@ int main(int argc, char** argv) {
   config.inject_faults.insert(config.inject_faults.end(), inject_faults.begin(), inject_faults.end());
   if (check_config) return nexus::daemon::check_config(config, config_path);
   nexus::daemon::init_logging(config.log_level);
+  if (!config.inject_faults.empty()) {  // a test's fault plan, before any thread that asks it starts
+    auto plan = std::make_unique<nexus::daemon::fault::Plan>();
+    std::string names;
+    for (const auto& f : config.inject_faults) plan->add(f), names += (names.empty() ? "" : ",") + f;
+    nexus::daemon::fault::install(std::move(plan));
+    NEXUS_LOG(warn, "fault_plan", "faults=\"{}\" (tests only)", names);
+  }
 
   std::signal(SIGPIPE, SIG_IGN);
   // SIGTERM/SIGINT stop the reactor through a handler, not a blocked mask and a signalfd:

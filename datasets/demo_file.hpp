@@ -34,6 +34,11 @@ namespace nexus::datasets {
 struct DatasetError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// The file is well formed as far as read, but holding it would pass the read's memory bound
+// (ReadOptions::max_bytes: for nexusd, what is left of the tenant's quota).
+struct DatasetTooLarge : DatasetError {
+  using DatasetError::DatasetError;
+};
 
 struct Episode {
   std::string name;                       // demo_<i> in the file
@@ -73,6 +78,10 @@ struct ReadOptions {
   std::vector<std::string> state_keys;   // proprio keys under obs/ (empty: the same)
   std::int64_t image_size = 0;           // resize every view to this side (0: keep the file's)
   std::string instruction;               // for demos whose file names none (empty: an error)
+  // The most memory the read may hold, its result included (0: the reader's own 4 GiB bound).
+  // Checked against each array's declared size before it is allocated: nexusd passes what is
+  // left of the tenant's dataset quota, so a file cannot make it allocate past that.
+  std::uint64_t max_bytes = 0;
 };
 
 // Reads and checks a whole file into memory (datasets here are small: 100 demos of 50 steps of

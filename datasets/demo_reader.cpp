@@ -162,9 +162,10 @@ void Reader::read_views(hid_t obs, const std::string& obs_path, const DatasetMet
       fail(img->path, "expected [" + std::to_string(t) + ", " + hw + ", " + hw + ", 3] uint8, got " + describe(*img));
     }
     known = d[1];
-    const auto raw = read_all<std::uint8_t>(*img, H5T_NATIVE_UINT8);
     const auto from = static_cast<std::int64_t>(d[1]);
-    charge(img->path, static_cast<std::uint64_t>(from) * s * 3 * sizeof(float));  // resize_rgb's row pass
+    // The raw view and resize_rgb's row pass live together for a while, beside what is held.
+    peak(img->path, count(d) + static_cast<std::uint64_t>(from) * s * 3 * sizeof(float));
+    const auto raw = read_all<std::uint8_t>(*img, H5T_NATIVE_UINT8, Hold::Transient);
     for (std::size_t k = 0; k < t; ++k)
       resize_rgb(&raw[k * static_cast<std::size_t>(from * from * 3)], from, &e.images[(k * views + v) * s * s * 3], side);
   }
@@ -224,19 +225,22 @@ Episode Reader::read_demo(hid_t data, const std::string& name, const DatasetMeta
                     : first->dims.size() == 4 ? static_cast<std::int64_t>(first->dims[1])
                                               : 1;  // read_views refuses that shape
   read_views(obs.get(), obs_path, meta, w, side, e);
-  e.actions = read_floats(*actions);
+  e.actions = read_floats(*actions, Hold::Held);
+  charge(obs_path, t * state_dim * sizeof(float));
   e.proprio.assign(t * state_dim, 0.0f);
   for (std::size_t k = 0, column = 0; k < state.size(); column += *w.state_widths[k], ++k) {
-    const auto values = read_floats(state[k]);
+    const auto values = read_floats(state[k], Hold::Transient);
     const std::size_t width = *w.state_widths[k];
     for (std::size_t i = 0; i < t; ++i)
       std::copy_n(&values[i * width], width, &e.proprio[i * state_dim + column]);
   }
-  if (states) e.sim_states = read_floats(*states);
-  e.rewards = rewards ? read_floats(*rewards) : std::vector<float>(t, 0.0f);
+  if (states) e.sim_states = read_floats(*states, Hold::Held);
+  if (!rewards) charge(path, t * sizeof(float));
+  e.rewards = rewards ? read_floats(*rewards, Hold::Held) : std::vector<float>(t, 0.0f);
+  charge(path, t);
   e.dones.assign(t, 0);
   if (dones) {  // read wide: converting -1 or 256 straight to uint8 would clamp them to 0 or 255
-    const auto raw = read_all<std::int64_t>(*dones, H5T_NATIVE_INT64);
+    const auto raw = read_all<std::int64_t>(*dones, H5T_NATIVE_INT64, Hold::Transient);
     for (std::size_t i = 0; i < t; ++i) e.dones[i] = raw[i] != 0;
   }
   return e;
@@ -245,6 +249,7 @@ Episode Reader::read_demo(hid_t data, const std::string& name, const DatasetMeta
 DemoFile Reader::read(const ReadOptions& options) {
   if (options.image_size < 0 || static_cast<std::uint64_t>(options.image_size) > kMaxWidth)
     throw DatasetError(name_ + ": image size " + std::to_string(options.image_size) + " asked for");
+  if (options.max_bytes > 0) max_bytes_ = std::min(options.max_bytes, kMaxBytes);
   Object data = child(file_, "", "data", H5I_GROUP);
   if (!data.valid()) fail("/data", "missing; not a robomimic or LIBERO demonstration file");
   DemoFile out;

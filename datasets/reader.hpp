@@ -55,6 +55,9 @@ class Reader {
   [[noreturn]] void fail(const std::string& where, const std::string& why) const {
     throw DatasetError(name_ + ": " + where + ": " + why);
   }
+  [[noreturn]] void too_large(const std::string& where, const std::string& why) const {
+    throw DatasetTooLarge(name_ + ": " + where + ": " + why);
+  }
   // reader_core.cpp: opening and checking objects, attributes and arrays.
   Object child(hid_t loc, const std::string& loc_path, const std::string& name, H5I_type_t kind) const;
   std::optional<Array> array(hid_t loc, const std::string& loc_path, const std::string& name) const;
@@ -66,10 +69,15 @@ class Reader {
   std::vector<std::string> demo_names(hid_t data) const;
   std::vector<std::string> strings(const Array& a);
   void expect_rows(const Array& a, hsize_t t, std::optional<hsize_t>& width, hsize_t lowest) const;
+  // What an array costs: held (it stays in the result) or transient (freed before the next read).
+  enum class Hold { Held, Transient };
   template <class T>
-  std::vector<T> read_all(const Array& a, hid_t mem_type);
-  std::vector<float> read_floats(const Array& a);
+  std::vector<T> read_all(const Array& a, hid_t mem_type, Hold hold);
+  std::vector<float> read_floats(const Array& a, Hold hold);
+  // Counts `bytes` the result will hold against the read's bound, before they are allocated.
   void charge(const std::string& where, std::uint64_t bytes);
+  // Checks that `bytes` allocated for a while, beside what is held, stay within the bound.
+  void peak(const std::string& where, std::uint64_t bytes) const;
 
   // demo_reader.cpp: the layout, the masks and each demo.
   void parse_env_args(hid_t data, DatasetMeta& meta, Widths& w, FileKeys& keys) const;
@@ -85,8 +93,9 @@ class Reader {
                     const std::optional<std::string>& shared, const ReadOptions& options);
 
   hid_t file_;
-  std::string name_;         // the file's path or the fd's name, first in every message
-  std::uint64_t bytes_ = 0;  // allocated for arrays so far, at most kMaxBytes
+  std::string name_;              // the file's path or the fd's name, first in every message
+  std::uint64_t max_bytes_ = kMaxBytes;  // this read's bound (ReadOptions::max_bytes, at most kMaxBytes)
+  std::uint64_t bytes_ = 0;       // held by the result so far, at most max_bytes_
 };
 
 }  // namespace nexus::datasets::detail

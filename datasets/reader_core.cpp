@@ -191,8 +191,8 @@ std::vector<std::string> Reader::strings(const Array& a) {
   if (!t.valid()) fail(a.path, "unreadable type" + h5_why());
   std::vector<std::string> out;
   if (H5Tis_variable_str(t.get()) > 0) {
-    if (n > kMaxBytes / sizeof(char*)) charge(a.path, kMaxBytes + 1);  // fails: the product would overflow
-    charge(a.path, n * sizeof(char*));
+    if (n > kMaxBytes / sizeof(char*)) peak(a.path, kMaxBytes + 1);  // fails: the product would overflow
+    peak(a.path, n * sizeof(char*));  // the strings themselves: at most the file's size, which was bounded
     Type mem = variable_string_type(t.get());
     if (!mem.valid()) fail(a.path, "cannot make a string type" + h5_why());
     std::vector<char*> p(n, nullptr);
@@ -205,8 +205,8 @@ std::vector<std::string> Reader::strings(const Array& a) {
   }
   const std::size_t size = a.size;
   if (size == 0 || size > kMaxString) fail(a.path, "strings of " + std::to_string(size) + " bytes");
-  if (n > kMaxBytes / size) charge(a.path, kMaxBytes + 1);  // fails: n * size would overflow
-  charge(a.path, n * size);
+  if (n > kMaxBytes / size) peak(a.path, kMaxBytes + 1);  // fails: n * size would overflow
+  peak(a.path, n * size);
   std::string raw(n * size, '\0');
   if (n > 0 && H5Dread(a.dset.get(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0)
     fail(a.path, "unreadable" + h5_why());
@@ -214,11 +214,19 @@ std::vector<std::string> Reader::strings(const Array& a) {
   return out;
 }
 
-// Counts `bytes` against kMaxBytes before they are allocated.
+namespace {
+std::string mib(std::uint64_t b) { return std::to_string(b >> 20) + " MiB"; }
+}  // namespace
+
 void Reader::charge(const std::string& where, std::uint64_t bytes) {
-  if (bytes > kMaxBytes - bytes_)
-    fail(where, "the file's arrays need more than " + std::to_string(kMaxBytes >> 30) + " GiB of memory");
+  peak(where, bytes);
   bytes_ += bytes;
+}
+
+void Reader::peak(const std::string& where, std::uint64_t bytes) const {
+  if (bytes > max_bytes_ - bytes_)
+    too_large(where, "reading the file would take more than " + mib(max_bytes_) + " of memory (" + mib(bytes_) +
+                    " held so far; the bound is what is left of this dataset quota, at most " + mib(kMaxBytes) + ")");
 }
 
 // A [T, width] numeric array; an unknown width is learned here, from the first demo that has it.
@@ -232,10 +240,11 @@ void Reader::expect_rows(const Array& a, hsize_t t, std::optional<hsize_t>& widt
 }
 
 template <class T>
-std::vector<T> Reader::read_all(const Array& a, hid_t mem_type) {
+std::vector<T> Reader::read_all(const Array& a, hid_t mem_type, Hold hold) {
   const std::uint64_t n = count(a.dims);
-  if (n > kMaxBytes / sizeof(T)) charge(a.path, kMaxBytes + 1);  // fails: n * sizeof(T) would overflow
-  charge(a.path, n * sizeof(T));
+  if (n > kMaxBytes / sizeof(T)) peak(a.path, kMaxBytes + 1);  // fails: n * sizeof(T) would overflow
+  if (hold == Hold::Held) charge(a.path, n * sizeof(T));
+  else peak(a.path, n * sizeof(T));
   std::vector<T> v(n);
   // The memory type converts: float64 or integer files come out as float32, as the API promises.
   if (n > 0 && H5Dread(a.dset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
@@ -244,8 +253,8 @@ std::vector<T> Reader::read_all(const Array& a, hid_t mem_type) {
 }
 
 // NaN or infinity would poison training silently, so they count as a damaged file.
-std::vector<float> Reader::read_floats(const Array& a) {
-  auto v = read_all<float>(a, H5T_NATIVE_FLOAT);
+std::vector<float> Reader::read_floats(const Array& a, Hold hold) {
+  auto v = read_all<float>(a, H5T_NATIVE_FLOAT, hold);
   const std::size_t width = a.dims.size() == 2 ? a.dims[1] : 1;
   for (std::size_t i = 0; i < v.size(); ++i)
     if (!std::isfinite(v[i]))
@@ -255,7 +264,7 @@ std::vector<float> Reader::read_floats(const Array& a) {
 }
 
 // The element types read_all is used with (it is defined here, called from demo_reader.cpp too).
-template std::vector<std::uint8_t> Reader::read_all<std::uint8_t>(const Array&, hid_t);
-template std::vector<std::int64_t> Reader::read_all<std::int64_t>(const Array&, hid_t);
+template std::vector<std::uint8_t> Reader::read_all<std::uint8_t>(const Array&, hid_t, Hold);
+template std::vector<std::int64_t> Reader::read_all<std::int64_t>(const Array&, hid_t, Hold);
 
 }  // namespace nexus::datasets::detail

@@ -25,6 +25,6 @@ fi
 # No venv: CMake finds Debian's LibTorch. No CUDA: Debian's LibTorch has none.
 cmake -S "$here" -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_INSTALL_PREFIX=/usr \
   -DNEXUS_VENV=/nonexistent -DNEXUS_WITH_CUDA=OFF -DNEXUS_BUILD_TESTS=OFF >&2
-cmake --build "$out" --target nexusd nexusctl nexus >&2
+cmake --build "$out" --target nexusd nexus-dataset-reader nexusctl nexus >&2
 (cd "$out" && cpack -G DEB >&2)
 ls -1 "$out"/nexus_*.deb | tail -n 1

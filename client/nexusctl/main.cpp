@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
   top->add_option("--interval", interval, "seconds between refreshes")->check(CLI::Range(0.1, 3600.0));
   top->add_option("--iterations", iterations, "refreshes, then exit (0: until interrupted)");
   auto* metrics = app.add_subcommand("metrics", "the Prometheus text exposition of nexusd's metrics");
+  auto* drain = app.add_subcommand(
+      "drain", "stop nexusd cleanly (root or nexusd's user): every changed slot is checkpointed, then it exits");
   auto* tenant = app.add_subcommand("tenant", "tenant names");
   tenant->require_subcommand(1);
   std::string release_name;
@@ -72,6 +74,11 @@ int main(int argc, char** argv) {
     if (cancel->parsed()) return nexus::ctl::cancel_command(socket, job, json);
     if (top->parsed()) return nexus::ctl::top_command(socket, interval, iterations);
     if (metrics->parsed()) return nexus::ctl::metrics_command(socket);
+    if (drain->parsed()) {
+      const auto tenants = nexus::drain_daemon(socket);
+      std::printf("nexusd is draining (%u tenants attached): it checkpoints every changed slot, then exits\n", tenants);
+      return 0;
+    }
     if (release->parsed()) {
       nexus::release_tenant(socket, release_name);
       std::printf("released %s\n", release_name.c_str());

@@ -119,6 +119,32 @@ int tenants_command(const std::string& socket, bool json_out) {
   return 0;
 }
 
+namespace {
+
+json users_json(const DaemonStatus& s) {
+  json out = json::array();
+  for (const auto& u : s.users)
+    out.push_back({{"uid", u.uid}, {"names", u.names}, {"names_max", u.names_max}, {"slots", u.slots},
+                   {"slots_max", u.slots_max}, {"checkpoints", u.checkpoints}, {"checkpoints_max", u.checkpoints_max},
+                   {"checkpoint_bytes", u.checkpoint_bytes}, {"checkpoint_bytes_max", u.checkpoint_bytes_max}});
+  return out;
+}
+
+void print_users(const DaemonStatus& s) {
+  if (s.users.empty()) return;
+  std::printf("per Unix user (used/bound):\n%8s %11s %11s %13s %21s\n", "UID", "NAMES", "SLOTS", "CHECKPOINTS",
+              "CHECKPOINT MiB");
+  for (const auto& u : s.users)
+    std::printf("%8u %5llu/%-5llu %5llu/%-5llu %6llu/%-6llu %10llu/%-10llu\n", u.uid,
+                static_cast<unsigned long long>(u.names), static_cast<unsigned long long>(u.names_max),
+                static_cast<unsigned long long>(u.slots), static_cast<unsigned long long>(u.slots_max),
+                static_cast<unsigned long long>(u.checkpoints), static_cast<unsigned long long>(u.checkpoints_max),
+                static_cast<unsigned long long>(u.checkpoint_bytes >> 20),
+                static_cast<unsigned long long>(u.checkpoint_bytes_max >> 20));
+}
+
+}  // namespace
+
 int usage_command(const std::string& socket, const std::string& since, bool json_out) {
   const double since_s = since.empty() ? 0 : parse_duration(since);
   const DaemonStatus s = query_status(socket, std::chrono::seconds(5), since_s);
@@ -126,7 +152,7 @@ int usage_command(const std::string& socket, const std::string& since, bool json
   for (const auto& u : s.usage) total += u.compute_s();
   if (json_out) {
     json j = {{"since_s", since_s}, {"wall_s", s.usage_wall_s}, {"compute_s", total}, {"services", services_json(s)},
-              {"tenants", json::array()}};
+              {"tenants", json::array()}, {"users", users_json(s)}};
     for (const auto& u : s.usage) {
       auto t = usage_json(u);
       t["share"] = total > 0 ? u.compute_s() / total : 0;
@@ -147,6 +173,7 @@ int usage_command(const std::string& socket, const std::string& since, bool json
   const double wall = s.usage_wall_s > 0 ? s.usage_wall_s : 1;
   std::printf("services busy: training %.1f%%, inference %.1f%%, environment %.1f%%\n", 100 * s.training_busy_s / wall,
               100 * s.inference_busy_s / wall, 100 * s.environment_busy_s / wall);
+  print_users(s);
   return 0;
 }
 

@@ -5,7 +5,7 @@
 
 namespace nexus {
 
-static_assert(static_cast<int>(ErrorCode::UnknownRegion) == static_cast<int>(wire::ErrorCode::MAX),
+static_assert(static_cast<int>(ErrorCode::LimitExceeded) == static_cast<int>(wire::ErrorCode::MAX),
               "nexus::ErrorCode mirrors nexus.fbs ErrorCode");
 static_assert(static_cast<int>(DType::Float64) == static_cast<int>(wire::DType::Float64),
               "nexus::DType mirrors nexus.fbs DType");

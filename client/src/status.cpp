@@ -93,6 +93,10 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
   s.health_restarts = r->health_restarts();
   if (r->health())
     for (const auto* h : *r->health()) s.health.push_back(h->str());
+  if (r->users())
+    for (const auto* u : *r->users())
+      s.users.push_back(UserUsage{u->uid(), u->names(), u->names_max(), u->slots(), u->slots_max(), u->checkpoints(),
+                                  u->checkpoints_max(), u->checkpoint_bytes(), u->checkpoint_bytes_max()});
   return s;
 }
 
@@ -111,6 +115,15 @@ void release_tenant(const std::string& socket_path, const std::string& tenant, s
   control_call(socket_path, timeout, fbb, wire::ControlBody::ReleaseTenantRequest,
                wire::CreateReleaseTenantRequest(fbb, schema::kProtocolVersion, fbb.CreateString(tenant)).Union(),
                wire::ControlBody::ReleaseTenantReply, frame);
+}
+
+std::uint32_t drain_daemon(const std::string& socket_path, std::chrono::milliseconds timeout) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<std::uint8_t> frame;
+  const auto* msg = control_call(socket_path, timeout, fbb, wire::ControlBody::DrainRequest,
+                                 wire::CreateDrainRequest(fbb, schema::kProtocolVersion).Union(),
+                                 wire::ControlBody::DrainReply, frame);
+  return msg->body_as_DrainReply()->tenants();
 }
 
 std::string cancel_job(const std::string& socket_path, std::uint64_t job, std::chrono::milliseconds timeout) {

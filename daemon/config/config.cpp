@@ -89,6 +89,9 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.handshake_timeout = milliseconds(r.positive("daemon", "handshake_timeout_ms", c.handshake_timeout.count()));
   c.max_tenants = static_cast<std::uint32_t>(r.positive("daemon", "max_tenants", c.max_tenants));
   c.max_tenants_per_uid = static_cast<std::uint32_t>(r.positive("daemon", "max_tenants_per_uid", c.max_tenants_per_uid));
+  c.max_names_per_uid = static_cast<std::uint32_t>(r.positive("daemon", "max_names_per_uid", c.max_names_per_uid));
+  c.max_names = static_cast<std::uint32_t>(r.positive("daemon", "max_names", c.max_names));
+  c.io_workers = static_cast<std::uint32_t>(r.positive("daemon", "io_workers", c.io_workers));
   c.max_segment_bytes = static_cast<std::uint64_t>(r.positive("daemon", "max_segment_mib", c.max_segment_bytes >> 20)) << 20;
   c.max_pending_connections =
       static_cast<std::uint32_t>(r.positive("daemon", "max_pending_connections", c.max_pending_connections));
@@ -129,6 +132,11 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.max_request_gflop = r.positive_real("model", "max_request_gflop", c.max_request_gflop);
   c.versions_kept = static_cast<std::uint32_t>(r.positive("model", "versions_kept", c.versions_kept));
   c.idle_evict = seconds(r.positive("model", "idle_evict_s", c.idle_evict.count()));
+  c.max_slots_per_uid = static_cast<std::uint32_t>(r.positive("model", "max_slots_per_uid", c.max_slots_per_uid));
+  c.max_checkpoints_per_uid =
+      static_cast<std::uint32_t>(r.positive("model", "max_checkpoints_per_uid", c.max_checkpoints_per_uid));
+  c.checkpoint_bytes_per_uid =
+      static_cast<std::uint64_t>(r.positive("model", "checkpoint_mib_per_uid", c.checkpoint_bytes_per_uid >> 20)) << 20;
   if (const auto* tenants = t["tenants"].as_table()) {
     for (const auto& [name, value] : *tenants) {
       const auto* tt = value.as_table();
@@ -164,6 +172,9 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.dataset_bytes_per_tenant =
       static_cast<std::uint64_t>(r.positive("env", "dataset_mib_per_tenant", c.dataset_bytes_per_tenant >> 20)) << 20;
   c.dataset_bytes_total = static_cast<std::uint64_t>(r.positive("env", "dataset_mib_total", c.dataset_bytes_total >> 20)) << 20;
+  r.get("env", "dataset_reader", c.dataset_reader);
+  c.dataset_parse_timeout =
+      milliseconds(r.positive("env", "dataset_parse_timeout_ms", c.dataset_parse_timeout.count()));
   if (const auto* ext = t["env"]["external"].as_table()) {
     for (const auto& [name, value] : *ext) {
       const auto p = value.value<std::string>();
@@ -176,6 +187,8 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
 
   c.jobs_running_per_tenant = static_cast<std::uint32_t>(r.positive("jobs", "max_running_per_tenant", c.jobs_running_per_tenant));
   c.jobs_running = static_cast<std::uint32_t>(r.positive("jobs", "max_running", c.jobs_running));
+  c.jobs_per_tenant = static_cast<std::uint32_t>(r.positive("jobs", "max_per_tenant", c.jobs_per_tenant));
+  c.jobs_total = static_cast<std::uint32_t>(r.positive("jobs", "max_jobs", c.jobs_total));
   c.job_heartbeat = milliseconds(r.positive("jobs", "heartbeat_ms", c.job_heartbeat.count()));
 
   r.get("metrics", "textfile", c.metrics_textfile);

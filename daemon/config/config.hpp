@@ -26,6 +26,11 @@ struct DaemonConfig {
   std::string socket_group = "nexus";
   std::uint32_t max_tenants = 64;
   std::uint32_t max_tenants_per_uid = 16;    // tenants one Unix user may have attached at once
+  std::uint32_t max_names_per_uid = 64;      // tenant names bound to one Unix user (attached or not)
+  std::uint32_t max_names = 4096;            // tenant names bound in all
+  // Threads for the transport's slow, tenant-sized work (digests), off the reactor; each tenant
+  // has at most one running at a time there.
+  std::uint32_t io_workers = 2;
   std::uint64_t max_segment_bytes = 1ull << 30;  // per tenant: rings + both arenas; also each region's cap
   // [ipc] allow_device_regions: tenants may register memory of their own (regions) and name
   // tensors in it by offset, or have features written into it (docs/design/gpu.md).
@@ -55,6 +60,9 @@ struct DaemonConfig {
   double max_request_gflop = 2000;              // per-request cost budget
   std::uint32_t versions_kept = 8;              // published versions kept per tenant (+ pinned)
   std::chrono::seconds idle_evict{600};         // a detached tenant's slot: checkpointed and freed after
+  std::uint32_t max_slots_per_uid = 32;         // resident slots of one Unix user's tenants
+  std::uint32_t max_checkpoints_per_uid = 64;   // checkpoint tags of one Unix user's tenants
+  std::uint64_t checkpoint_bytes_per_uid = 4ull << 30;  // their bytes on disk
   std::map<std::string, TenantWeight> tenants;  // [tenants.NAME] weight, priority, replica
   // [env]
   std::uint32_t env_workers = 1;
@@ -63,12 +71,18 @@ struct DaemonConfig {
   std::uint32_t datasets_per_tenant = 8;
   std::uint64_t dataset_bytes_per_tenant = 2ull << 30;
   std::uint64_t dataset_bytes_total = 8ull << 30;
+  // Tenants' dataset files are parsed by this helper process in a sandbox (empty: the
+  // nexus-dataset-reader beside nexusd), which must finish within the timeout.
+  std::string dataset_reader;
+  std::chrono::milliseconds dataset_parse_timeout{120000};
   // External environments: name -> the Unix socket its simulator process listens on. Tenants
   // open its tasks as "<name>:<task>".
   std::map<std::string, std::string> external_envs;
   // [jobs]
   std::uint32_t jobs_running_per_tenant = 2;
   std::uint32_t jobs_running = 16;
+  std::uint32_t jobs_per_tenant = 32;        // a tenant's jobs queued or running (LimitExceeded beyond)
+  std::uint32_t jobs_total = 1024;           // every tenant's jobs queued or running
   std::chrono::milliseconds job_heartbeat{60000};  // a job loop silent this long is restarted
   // Test only (nexusd --inject-fault NAME): faults the Health Manager's tests provoke.
   std::vector<std::string> inject_faults;

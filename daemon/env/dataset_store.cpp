@@ -4,18 +4,12 @@
 
 #include <cstring>
 
+#include "datasets/demo_transfer.hpp"
+
 #include "schema/tokenizer.hpp"
 
 namespace nexus::env {
 namespace {
-
-std::uint64_t held_bytes(const datasets::DemoFile& f) {
-  std::uint64_t b = 0;
-  for (const auto& e : f.episodes)
-    b += e.images.size() + (e.proprio.size() + e.actions.size() + e.sim_states.size() + e.rewards.size()) * 4 +
-         e.dones.size() + e.instruction.size();
-  return b;
-}
 
 std::string mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
@@ -30,36 +24,64 @@ std::uint64_t DatasetStore::tenant_bytes(const std::string& tenant, const std::s
   return b;
 }
 
+std::uint64_t DatasetStore::reserve(const std::string& tenant, const std::string& name) {
+  auto it = datasets_.find(tenant);
+  const bool replacing = it != datasets_.end() && it->second.count(name);
+  if (!replacing && it != datasets_.end() && it->second.size() >= limits_.per_tenant)
+    throw DatasetRefused(true, "a tenant may hold " + std::to_string(limits_.per_tenant) +
+                                   " datasets; reuse a name to replace one");
+  const auto replaced = replacing ? it->second.at(name)->bytes : 0;
+  const auto mine = tenant_bytes(tenant, name) + (reserved_.count(tenant) ? reserved_.at(tenant) : 0);
+  const auto all = total_bytes_ - replaced + reserved_total_;
+  const auto left_mine = limits_.bytes_per_tenant > mine ? limits_.bytes_per_tenant - mine : 0;
+  const auto left_all = limits_.bytes_total > all ? limits_.bytes_total - all : 0;
+  if (left_mine == 0)
+    throw DatasetRefused(true, "dataset '" + name + "' does not fit: this tenant holds or is loading " + mib(mine) +
+                                   " of its " + mib(limits_.bytes_per_tenant) + " ([env] dataset_mib_per_tenant)");
+  if (left_all == 0)
+    throw DatasetRefused(true, "dataset '" + name + "' does not fit nexusd's " + mib(limits_.bytes_total) +
+                                   " of datasets in all ([env] dataset_mib_total; loads in progress reserve what "
+                                   "they may hold: try again when they end)");
+  const auto bound = std::min(left_mine, left_all);
+  reserved_[tenant] += bound;
+  reserved_total_ += bound;
+  return bound;
+}
+
 LoadedDataset DatasetStore::load(const std::string& tenant, const std::string& name, int fd, std::uint64_t seed,
                                  std::int64_t image_size, std::int64_t max_views, const DatasetLoadOptions& options) {
   struct stat st {};
   const std::uint64_t file_bytes = ::fstat(fd, &st) == 0 ? static_cast<std::uint64_t>(st.st_size) : 0;
-  auto fits = [&](std::uint64_t bytes) {  // under mu_
-    auto it = datasets_.find(tenant);
-    const bool replacing = it != datasets_.end() && it->second.count(name);
-    if (!replacing && it != datasets_.end() && it->second.size() >= limits_.per_tenant)
-      throw DatasetRefused(true, "a tenant may hold " + std::to_string(limits_.per_tenant) +
-                                     " datasets; reuse a name to replace one");
-    const auto mine = tenant_bytes(tenant, name);
-    const auto replaced = replacing ? it->second.at(name)->bytes : 0;
-    if (mine + bytes > limits_.bytes_per_tenant)
-      throw DatasetRefused(true, "dataset '" + name + "' (" + mib(bytes) + ") does not fit this tenant's " +
-                                     mib(limits_.bytes_per_tenant) + " of datasets ([env] dataset_mib_per_tenant; " +
-                                     mib(mine) + " held)");
-    if (total_bytes_ - replaced + bytes > limits_.bytes_total)
-      throw DatasetRefused(true, "dataset '" + name + "' (" + mib(bytes) + ") does not fit nexusd's " +
-                                     mib(limits_.bytes_total) + " of datasets in all ([env] dataset_mib_total)");
-  };
+  std::uint64_t bound = 0;
   {
     std::lock_guard lk(mu_);
-    fits(file_bytes);  // before reading: a huge file is refused without being read
+    bound = reserve(tenant, name);
+    if (file_bytes > bound) {  // a huge file is refused without being read
+      reserved_[tenant] -= bound, reserved_total_ -= bound;
+      throw DatasetRefused(true, "dataset '" + name + "' is a file of " + mib(file_bytes) + "; at most " + mib(bound) +
+                                     " is left of this tenant's datasets ([env] dataset_mib_per_tenant, dataset_mib_total)");
+    }
   }
+  struct Unreserve {  // however the load ends
+    DatasetStore& store;
+    const std::string& tenant;
+    std::uint64_t bound;
+    ~Unreserve() {
+      std::lock_guard lk(store.mu_);
+      store.reserved_[tenant] -= bound;
+      if (store.reserved_[tenant] == 0) store.reserved_.erase(tenant);
+      store.reserved_total_ -= bound;
+    }
+  } unreserve{*this, tenant, bound};
   auto d = std::make_shared<Dataset>();
-  const datasets::ReadOptions read{options.views, options.state_keys, image_size, options.instruction};
+  datasets::ReadOptions read{options.views, options.state_keys, image_size, options.instruction};
+  read.max_bytes = bound;
   try {
-    d->file = datasets::read_demo_fd(fd, "dataset '" + name + "'", read);
+    d->file = parse_dataset(limits_.reader, fd, "dataset '" + name + "'", read);
     if (options.normalize)
       d->normalizer = std::make_shared<const datasets::Normalizer>(datasets::compute_normalizer(d->file));
+  } catch (const datasets::DatasetTooLarge& e) {  // refused by what is left of the quotas
+    throw DatasetRefused(true, e.what());
   } catch (const datasets::DatasetError& e) {
     throw DatasetRefused(false, e.what());
   }
@@ -78,7 +100,7 @@ LoadedDataset DatasetStore::load(const std::string& tenant, const std::string& n
   }
   if (d->index.empty()) throw DatasetRefused(false, "dataset '" + name + "' has no training samples");
   d->rng.seed(seed);
-  d->bytes = held_bytes(d->file);
+  d->bytes = datasets::held_bytes(d->file);
   out.episodes = static_cast<std::uint32_t>(d->file.episodes.size());
   out.samples = d->index.size();
   out.state_dim = m.state_dim;
@@ -89,8 +111,7 @@ LoadedDataset DatasetStore::load(const std::string& tenant, const std::string& n
   out.views = m.views;
   out.state_keys = m.state_keys;
   out.normalizer = d->normalizer;
-  std::lock_guard lk(mu_);
-  fits(d->bytes);  // again, with what it holds in memory (and what others loaded meanwhile)
+  std::lock_guard lk(mu_);  // it held at most `bound`, reserved for it: it fits
   auto& slot = datasets_[tenant][name];
   if (slot) total_bytes_ -= slot->bytes;
   slot = std::move(d);

@@ -3,7 +3,11 @@
 // within bounds, and sampled into SFT batches (training demos only; normalised on request).
 //
 // Bounds (typed refusals, nothing half-loaded): datasets per tenant, bytes per tenant, bytes in
-// all (the file's size is checked before reading it, the loaded size after).
+// all. The file's size is checked before it is read; then what is left of both quotas is
+// reserved and handed to the parser as the most it may hold, so that no load, and no number of
+// loads at once, can make nexusd allocate past the quotas (a gzip bomb is refused by its declared
+// sizes, before its chunks are inflated). Files are parsed by the sandboxed reader
+// (dataset_sandbox.hpp), never in this process.
 // Thread safety: every member may be called from any thread; loading reads outside the lock.
 #pragma once
 #include <cstdint>
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "datasets/demo_file.hpp"
+#include "daemon/env/dataset_sandbox.hpp"
 #include "datasets/normalizer.hpp"
 
 namespace nexus::env {
@@ -24,6 +29,7 @@ struct DatasetLimits {
   std::size_t per_tenant = 8;
   std::uint64_t bytes_per_tenant = 2ull << 30;
   std::uint64_t bytes_total = 8ull << 30;
+  DatasetReader reader;  // the sandboxed parser (its path empty: in this process, for tools and tests)
 };
 
 // A refusal: the file is not a valid demonstration file (BadDataset) or does not fit a bound.
@@ -94,11 +100,16 @@ class DatasetStore {
     std::mt19937_64 rng;
   };
   std::uint64_t tenant_bytes(const std::string& tenant, const std::string& except) const;  // holds mu_
+  // Reserves the most a load may hold (holds mu_): min of what is left to the tenant and in all,
+  // counting the dataset it replaces as freed. Throws DatasetRefused when nothing is left.
+  std::uint64_t reserve(const std::string& tenant, const std::string& name);
 
   const DatasetLimits limits_;
   mutable std::mutex mu_;
   std::map<std::string, std::map<std::string, std::shared_ptr<Dataset>>> datasets_;  // GUARDED_BY(mu_)
   std::uint64_t total_bytes_ = 0;                                                      // GUARDED_BY(mu_)
+  std::map<std::string, std::uint64_t> reserved_;  // GUARDED_BY(mu_): loads in progress, per tenant
+  std::uint64_t reserved_total_ = 0;               // GUARDED_BY(mu_)
 };
 
 }  // namespace nexus::env

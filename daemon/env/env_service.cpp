@@ -18,11 +18,11 @@ struct EnvService::Session {
 };
 
 EnvService::EnvService(EnvLimits limits, SessionFactory factory, metrics::Accounting* accounting,
-                       daemon::HealthManager* health, bool inject_worker_throw)
+                       daemon::HealthManager* health)
     : limits_(limits),
       factory_(factory ? std::move(factory) : SessionFactory(make_builtin_sessions)),
       accounting_(accounting),
-      pool_(std::max(0, limits.workers), health, inject_worker_throw) {}
+      pool_(std::max(0, limits.workers), health) {}
 
 EnvService::~EnvService() = default;
 

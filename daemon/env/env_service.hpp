@@ -65,9 +65,8 @@ class EnvService {
  public:
   // accounting (optional): environment steps per tenant and the service's busy time.
   // health (optional): the worker pool's threads are roles, restarted if their loop dies;
-  // inject_worker_throw: fault injection for that test (one worker throws once).
   explicit EnvService(EnvLimits limits = {}, SessionFactory factory = {}, metrics::Accounting* accounting = nullptr,
-                      daemon::HealthManager* health = nullptr, bool inject_worker_throw = false);
+                      daemon::HealthManager* health = nullptr);
   ~EnvService();
 
   struct Opened {

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <system_error>
+
+#include "daemon/fault/fault_plan.hpp"
+#include "daemon/log/log_text.hpp"
 
 namespace nexus::env {
 
@@ -10,8 +14,7 @@ struct WorkerPool::Batch {
   std::size_t remaining;  // GUARDED_BY(WorkerPool::mu_)
 };
 
-WorkerPool::WorkerPool(int threads, daemon::HealthManager* health, bool throw_once)
-    : health_(health), throw_once_(throw_once) {
+WorkerPool::WorkerPool(int threads, daemon::HealthManager* health) : health_(health) {
   threads_.resize(static_cast<std::size_t>(std::max(0, threads)));
   for (std::size_t i = 0; i < threads_.size(); ++i) {
     if (health_)
@@ -19,6 +22,8 @@ WorkerPool::WorkerPool(int threads, daemon::HealthManager* health, bool throw_on
                                     [this, i] { start_worker(i); }));
     start_worker(i);
   }
+  std::lock_guard lk(mu_);
+  started_ = true;
 }
 
 // At construction, and by the Health Manager after worker i's loop died.
@@ -26,7 +31,12 @@ void WorkerPool::start_worker(std::size_t i) {
   std::lock_guard lk(mu_);
   if (stop_) return;
   if (threads_[i].joinable()) retired_.push_back(std::move(threads_[i]));
-  threads_[i] = std::thread([this, i] { worker_loop(i); });
+  try {
+    threads_[i] = std::thread([this, i] { worker_loop(i); });
+  } catch (const std::system_error& e) {  // no thread to be had: the callers step their sessions themselves
+    if (!started_) throw;                   // at start: nexusd cannot run
+    daemon::log_text(daemon::LogLevel::Error, "env_worker_restart_failed", std::string("reason=\"") + e.what() + "\"");
+  }
 }
 
 void WorkerPool::worker_loop(std::size_t i) {
@@ -35,11 +45,14 @@ void WorkerPool::worker_loop(std::size_t i) {
     for (;;) {
       work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
       if (stop_) return;
-      if (throw_once_.exchange(false)) throw std::runtime_error("injected fault: an environment worker threw");
+      if (daemon::fault::at(daemon::fault::Point::EnvWorker) == daemon::fault::Action::Throw)
+        throw std::runtime_error("injected fault: an environment worker threw");
       run_one(lk, nullptr);
     }
   } catch (const std::exception& e) {  // a part never throws (parallel_for's contract): the loop did
     if (i < roles_.size()) roles_[i]->failed(e.what());
+  } catch (...) {
+    if (i < roles_.size()) roles_[i]->failed("unknown exception");
   }
 }
 

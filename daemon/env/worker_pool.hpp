@@ -22,9 +22,8 @@ namespace nexus::env {
 class WorkerPool {
  public:
   // health (optional): each worker is a role ("env-worker-N"); a worker whose loop dies is
-  // restarted in place. throw_once (fault injection, tests): the first worker to find work
-  // throws out of its loop instead, once.
-  explicit WorkerPool(int threads, daemon::HealthManager* health = nullptr, bool throw_once = false);
+  // restarted in place (tests make one throw: fault::Point::EnvWorker).
+  explicit WorkerPool(int threads, daemon::HealthManager* health = nullptr);
   ~WorkerPool();
   WorkerPool(const WorkerPool&) = delete;
   WorkerPool& operator=(const WorkerPool&) = delete;
@@ -41,13 +40,13 @@ class WorkerPool {
   void start_worker(std::size_t i);  // (re)starts worker i
   void worker_loop(std::size_t i);
   daemon::HealthManager* const health_;
-  std::atomic<bool> throw_once_;
   std::vector<std::shared_ptr<daemon::Role>> roles_;
   std::vector<std::thread> retired_;  // GUARDED_BY(mu_): dead workers' threads, joined at the end
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;
   std::deque<std::pair<Batch*, std::size_t>> queue_;  // GUARDED_BY(mu_)
   bool stop_ = false;                                 // GUARDED_BY(mu_)
+  bool started_ = false;                              // GUARDED_BY(mu_): the constructor is done
   std::vector<std::thread> threads_;
 };
 

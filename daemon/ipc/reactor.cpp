@@ -1,5 +1,6 @@
 #include "daemon/ipc/reactor.hpp"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -39,7 +40,12 @@ std::filesystem::path bindings_file(const DaemonConfig& c) {
 }  // namespace
 
 Reactor::Reactor(DaemonConfig config, int listen_fd, ServicePort* services)
-    : config_(std::move(config)), listen_fd_(listen_fd), services_(services), registry_(bindings_file(config_)) {
+    : config_(std::move(config)),
+      listen_fd_(listen_fd),
+      services_(services),
+      registry_(bindings_file(config_), RegistryLimits{config_.max_names_per_uid, config_.max_names}),
+      io_(std::make_unique<IoPool>(config_.io_workers)) {
+  reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_ < 0) throw std::runtime_error(std::string("epoll_create1: ") + std::strerror(errno));
   stop_fd_ = schema::make_doorbell();
@@ -52,11 +58,13 @@ Reactor::Reactor(DaemonConfig config, int listen_fd, ServicePort* services)
 }
 
 Reactor::~Reactor() {
+  io_.reset();  // its tasks hold segments and post completions: done before anything goes
   sessions_.clear();
   for (auto& [id, c] : connections_) ::close(c.fd);
   ::close(stop_fd_);
   ::close(completion_fd_);
   ::close(epoll_);
+  if (reserve_fd_ >= 0) ::close(reserve_fd_);
 }
 
 void Reactor::watch(int fd, Tag tag, std::uint64_t id, bool add) {
@@ -85,6 +93,7 @@ void Reactor::run() {
   auto last_work = std::chrono::steady_clock::now();
   std::uint32_t polls = 0;
   for (;;) {
+    watchdog_.beat();
     bool worked = poll_rings();
     if (completions_waiting_.load(std::memory_order_acquire)) {
       drain_completions();
@@ -115,7 +124,7 @@ void Reactor::run() {
     raced = raced || completions_waiting_.load(std::memory_order_acquire);
     bool has_pending = false;
     for (auto& [id, s] : sessions_) has_pending = has_pending || !s->pending.empty();
-    const bool keep_running = raced || handle_events(has_pending ? 1 : 500);
+    const bool keep_running = raced || handle_events(has_pending ? 1 : watchdog_.max_block_ms());
     for (auto& [id, s] : sessions_) {
       s->requests.set_consumer_sleeping(false);
       s->responses.set_producer_sleeping(false);
@@ -162,17 +171,13 @@ bool Reactor::handle_events(int timeout_ms) {
     }
   }
   expire_handshakes();
-  if (!config_.metrics_textfile.empty() && std::chrono::steady_clock::now() >= next_textfile_) write_metrics_textfile();
-  std::uint64_t watchdog_us = 0;
-  if (sd_watchdog_enabled(0, &watchdog_us) > 0) {
-    const auto now = std::chrono::steady_clock::now();
-    // Twice per watchdog interval (and at least every second): the reactor is alive.
-    const auto every = std::min<std::chrono::microseconds>(std::chrono::microseconds(watchdog_us / 2), std::chrono::seconds(1));
-    if (now - last_watchdog_ >= every) {
-      sd_notify(0, "WATCHDOG=1");
-      last_watchdog_ = now;
-    }
+  if (listener_paused_until_ != std::chrono::steady_clock::time_point{} &&
+      std::chrono::steady_clock::now() >= listener_paused_until_) {
+    listener_paused_until_ = {};
+    if (reserve_fd_ < 0) reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    watch(listen_fd_, Tag::Listener, 0, true);
   }
+  if (!config_.metrics_textfile.empty() && std::chrono::steady_clock::now() >= next_textfile_) write_metrics_textfile();
   return keep_running;
 }
 
@@ -183,6 +188,28 @@ void Reactor::accept_all() {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EINTR) continue;
+      if (errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: the connection would stay in the backlog and the listener readable,
+        // and the reactor would spin on it. Accept it with the descriptor kept in reserve and
+        // close it at once (the peer sees the connection closed), then take the reserve back.
+        const int why = errno;
+        if (reserve_fd_ >= 0) {
+          ::close(reserve_fd_);
+          const int refused = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+          if (refused >= 0) ::close(refused);
+          reserve_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        }
+        if (std::chrono::steady_clock::now() - last_emfile_log_ > std::chrono::seconds(10)) {
+          last_emfile_log_ = std::chrono::steady_clock::now();
+          NEXUS_LOG(warn, "accept_refused", "reason=\"{}: out of file descriptors (LimitNOFILE)\"", std::strerror(why));
+        }
+        if (reserve_fd_ < 0) {  // no reserve to refuse with: stop listening for a moment
+          unwatch(listen_fd_);
+          listener_paused_until_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+          return;
+        }
+        continue;
+      }
       if (errno != EAGAIN && errno != EWOULDBLOCK)
         NEXUS_LOG(warn, "accept_failed", "errno={}", std::strerror(errno));
       return;
@@ -310,6 +337,7 @@ void Reactor::detach(std::uint64_t id, const char* why) {
   NEXUS_LOG(info, "detach", "tenant={} uid={} pid={} session={} served={} errors={} reason=\"{}\"",
             s.name, s.peer.uid, s.peer.pid, s.session_id, s.served, s.errors, why);
   registry_.release(s.name);
+  io_->forget(s.session_id);
   if (services_) services_->tenant_detached(s.name);
   session_ids_.erase(s.session_id);
   unwatch(s.socket);

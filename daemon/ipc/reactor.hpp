@@ -9,6 +9,11 @@
 // (lowest latency), then marks every request ring "consumer sleeping", re-checks, and blocks in
 // epoll_wait on the listener, the tenants' sockets and their doorbells (see schema/ring.hpp).
 //
+// Nothing proportional to a tenant's data or to a disk runs on the reactor: digests and the
+// metrics textfile go to the IoPool (io_pool.hpp), the tenant bindings to their own writer
+// (tenant_registry.hpp), and systemd's watchdog is pinged from a thread that checks the reactor
+// still turns (watchdog.hpp).
+//
 // Thread safety: run() on one thread; request_stop() from any thread or a signal handler.
 #pragma once
 #include <sys/socket.h>
@@ -25,9 +30,11 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/ipc/decode/reply_builder.hpp"
+#include "daemon/ipc/io_pool.hpp"
 #include "daemon/ipc/service_port.hpp"
 #include "daemon/ipc/regions.hpp"
 #include "daemon/ipc/tenant_session.hpp"
+#include "daemon/ipc/watchdog.hpp"
 #include "daemon/master/tenant_registry.hpp"
 #include "nexus/wire/nexus_generated.h"
 #include "schema/control_frame.hpp"
@@ -96,6 +103,7 @@ class Reactor {
   void send_metrics(Connection& c);
   void cancel_job(Connection& c, std::uint64_t job);
   void release_tenant(Connection& c, const std::string& name);
+  void drain(Connection& c);  // root or nexusd's own user: a clean stop, as SIGTERM
   std::string metrics_text() const;
   void write_metrics_textfile();  // every config.metrics_interval, when configured
   void refuse(Connection& c, bool attach_reply, wire::ErrorCode code, const std::string& reason);
@@ -113,6 +121,7 @@ class Reactor {
   void submit_service_request(TenantSession& s, std::uint64_t request_id, wire::Body type,
                               std::span<const std::uint8_t> message, int fd = -1);
   void drain_completions();
+  void digest(TenantSession& s, std::uint64_t request_id, std::uint64_t offset, std::uint64_t bytes);  // on io_
   // reactor_regions.cpp: memory a tenant registers ([ipc] allow_device_regions)
   void register_region(TenantSession& s, std::uint64_t request_id, const wire::RegisterRegionRequest& req);
   void unregister_region(TenantSession& s, std::uint64_t request_id, std::uint32_t region);
@@ -122,6 +131,9 @@ class Reactor {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   int epoll_ = -1;
   int stop_fd_ = -1;  // eventfd: request_stop() rings it
+  int reserve_fd_ = -1;  // /dev/null, given up to accept-and-close a connection when out of descriptors
+  std::chrono::steady_clock::time_point last_emfile_log_{};
+  std::chrono::steady_clock::time_point listener_paused_until_{};  // set: the listener is out of the epoll set
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, Connection> connections_;
   std::map<std::uint64_t, std::unique_ptr<TenantSession>> sessions_;
@@ -136,9 +148,11 @@ class Reactor {
   ReplyBuilder replies_;
   std::unique_ptr<RegionImporter> host_importer_ = host_region_importer();
   std::vector<std::uint8_t> scratch_;  // private copy of the message being decoded
-  std::chrono::steady_clock::time_point last_watchdog_{};
   std::chrono::steady_clock::time_point next_textfile_{};
+  std::shared_ptr<std::atomic<bool>> textfile_busy_ = std::make_shared<std::atomic<bool>>(false);
   std::uint64_t message_bytes_copied_ = 0;
+  Watchdog watchdog_;
+  std::unique_ptr<IoPool> io_;  // reset first in the destructor: its tasks post completions
 };
 
 }  // namespace nexus::daemon

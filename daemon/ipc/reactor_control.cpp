@@ -45,6 +45,7 @@ bool Reactor::handle_control_frame(std::uint64_t id, Connection& c,
     case wire::ControlBody::AttachRequest: return attach(id, c, *req.message->body_as_AttachRequest());
     case wire::ControlBody::MetricsRequest: send_metrics(c); break;
     case wire::ControlBody::CancelJobRequest: cancel_job(c, req.message->body_as_CancelJobRequest()->job()); break;
+    case wire::ControlBody::DrainRequest: drain(c); break;
     case wire::ControlBody::ReleaseTenantRequest: {
       const auto* t = req.message->body_as_ReleaseTenantRequest()->tenant();
       release_tenant(c, t ? t->str() : "");
@@ -128,7 +129,7 @@ bool Reactor::attach(std::uint64_t id, Connection& c, const wire::AttachRequest&
             name, peer.uid, peer.pid, claim.session_id, layout->total_bytes, ring);
   session_ids_[claim.session_id] = id;
   sessions_.emplace(id, std::move(session));
-  if (services_) services_->tenant_attached(name);
+  if (services_) services_->tenant_attached(name, peer.uid);
   return false;
 }
 

@@ -14,9 +14,9 @@
 namespace nexus::daemon {
 namespace {
 
-// FNV-1a, 64-bit: a digest the client can recompute, read in place from the arena.
-std::uint64_t fnv1a(const std::uint8_t* p, std::uint64_t n) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
+// FNV-1a, 64-bit: a digest the client can recompute, read in place from the arena; `h` carries
+// the state across pieces.
+std::uint64_t fnv1a(const std::uint8_t* p, std::uint64_t n, std::uint64_t h) {
   for (std::uint64_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
   return h;
 }
@@ -99,12 +99,9 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
         for (auto o : *offsets) s.output.release(o);
       return;
     }
-    case wire::Body::DigestRequest: {
-      // Read in place: the tenant may race us on these bytes, which only changes its own digest.
-      const std::uint8_t* p = s.segment->client_arena() + req.input.offset;
-      push_reply(s, replies_.digest(req.request_id, fnv1a(p, req.input.bytes), req.input.bytes));
+    case wire::Body::DigestRequest:
+      digest(s, req.request_id, req.input.offset, req.input.bytes);
       return;
-    }
     case wire::Body::DatasetLoadRequest: {
       // Takes the newest descriptor the tenant sent and closes older ones (left by loads the
       // decoder refused). libnexus sends the descriptor and then this request, one load at a
@@ -256,6 +253,28 @@ void Reactor::submit_service_request(TenantSession& s, std::uint64_t request_id,
   w.fd = std::move(held);
   ++s.in_flight;
   services_->submit(std::move(w));
+}
+
+// Up to the whole arena (a GiB) is hashed: on the IoPool, never here. The task holds the segment
+// (mapped while it reads) and the tenant's liveness; it reads in place, so the tenant may race us
+// on these bytes, which only changes its own digest. The reply comes back as a completion and
+// counts in the tenant's requests in flight meanwhile.
+void Reactor::digest(TenantSession& s, std::uint64_t request_id, std::uint64_t offset, std::uint64_t bytes) {
+  ++s.in_flight;
+  io_->post(s.session_id, [this, segment = s.segment, alive = s.alive, session = s.session_id, request_id, offset,
+                           bytes] {
+    if (!alive->load()) return;  // the tenant left while this waited
+    constexpr std::uint64_t kStride = 64ull << 20;  // stop early if the tenant leaves mid-way
+    const std::uint8_t* p = segment->client_arena() + offset;
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (std::uint64_t done = 0; done < bytes; done += kStride) {
+      if (done > 0 && !alive->load()) return;
+      h = fnv1a(p + done, std::min(kStride, bytes - done), h);
+    }
+    ReplyBuilder replies;
+    const auto reply = replies.digest(request_id, h, bytes);
+    post_completion(session, {reply.begin(), reply.end()});
+  });
 }
 
 void Reactor::post_completion(std::uint64_t session_id, std::vector<std::uint8_t> reply) {

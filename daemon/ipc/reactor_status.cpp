@@ -4,10 +4,12 @@
 
 #include <flatbuffers/flatbuffers.h>
 
+#include <map>
 #include <set>
 
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
+#include "daemon/log/log_text.hpp"
 #include "daemon/master/job_wire.hpp"
 #include "daemon/metrics/prometheus.hpp"
 #include "schema/protocol.hpp"
@@ -58,6 +60,16 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
     replicas.push_back(wire::CreateReplicaInfo(fbb, fbb.CreateString(r.device), static_cast<std::uint32_t>(r.tenants),
                                                r.groups, r.samples));
   const auto rv = fbb.CreateVector(replicas);
+  // Per Unix user: names from our registry, slots and checkpoints from the services.
+  std::map<std::uint32_t, UserStatus> users;
+  for (const auto& u : st.users) users[u.uid] = u;
+  for (const auto& [uid, names] : registry_.names_by_uid()) users[uid].uid = uid, users[uid].names = names;
+  std::vector<flatbuffers::Offset<wire::UserUsage>> user_usage;
+  for (const auto& [uid, u] : users)
+    user_usage.push_back(wire::CreateUserUsage(fbb, uid, u.names, registry_.limits().names_per_uid, u.slots,
+                                               st.user_bounds.slots, u.checkpoints, st.user_bounds.checkpoints,
+                                               u.checkpoint_bytes, st.user_bounds.checkpoint_bytes));
+  const auto users_vector = fbb.CreateVector(user_usage);
   wire::StatusReplyBuilder r(fbb);
   r.add_daemon_version(version);
   r.add_protocol_version(schema::kProtocolVersion);
@@ -87,6 +99,7 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   r.add_longest_training_turn_s(st.longest_training_turn_s);
   r.add_health_restarts(st.health_restarts);
   r.add_health(hv);
+  r.add_users(users_vector);
   send_control(c, finish_control(fbb, wire::ControlBody::StatusReply, r.Finish().Union()));
 }
 
@@ -106,10 +119,15 @@ void Reactor::send_metrics(Connection& c) {
   send_control(c, finish_control(fbb, wire::ControlBody::MetricsReply, wire::CreateMetricsReply(fbb, text).Union()));
 }
 
+// Rendered here (in memory), written on the IoPool: a slow or full disk never stalls the reactor.
 void Reactor::write_metrics_textfile() {
   next_textfile_ = std::chrono::steady_clock::now() + config_.metrics_interval;
-  if (!metrics::write_textfile(config_.metrics_textfile, metrics_text()))
-    NEXUS_LOG(warn, "metrics_textfile_failed", "path={}", config_.metrics_textfile);
+  if (textfile_busy_->exchange(true)) return;  // the last write is still going: skip a turn, never pile up
+  io_->post(0, [busy = textfile_busy_, path = config_.metrics_textfile, text = metrics_text()] {
+    if (const auto why = metrics::write_textfile(path, text); !why.empty())
+      log_text(LogLevel::Warn, "metrics_textfile_failed", "path=" + path + " reason=\"" + why + "\"");
+    busy->store(false);
+  });
 }
 
 void Reactor::cancel_job(Connection& c, std::uint64_t job) {
@@ -120,6 +138,16 @@ void Reactor::cancel_job(Connection& c, std::uint64_t job) {
   NEXUS_LOG(info, "job_cancel", "job={} by_uid={}", job, c.peer.uid);
   send_control(c, finish_control(fbb, wire::ControlBody::CancelJobReply,
                                  wire::CreateCancelJobReply(fbb, job, fbb.CreateString(r.state_or_reason)).Union()));
+}
+
+void Reactor::drain(Connection& c) {
+  if (c.peer.uid != 0 && c.peer.uid != ::geteuid())
+    return refuse(c, false, wire::ErrorCode::PermissionDenied, "only root or nexusd's own user may drain it");
+  NEXUS_LOG(info, "drain", "by_uid={} tenants={}", c.peer.uid, sessions_.size());
+  flatbuffers::FlatBufferBuilder fbb(64);
+  send_control(c, finish_control(fbb, wire::ControlBody::DrainReply,
+                                 wire::CreateDrainReply(fbb, static_cast<std::uint32_t>(sessions_.size())).Union()));
+  request_stop();  // the loop ends at its next turn; main then stops the services (checkpoints) and exits
 }
 
 void Reactor::release_tenant(Connection& c, const std::string& name) {

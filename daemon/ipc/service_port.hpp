@@ -44,7 +44,8 @@ class ServicePort {
   // Takes ownership; the reply (or a typed error) comes back through the completion callback,
   // unless the tenant detached first.
   virtual void submit(ServiceRequest request) = 0;
-  virtual void tenant_attached(const std::string& tenant) = 0;
+  // `uid`: the tenant's Unix user (SO_PEERCRED), whose files its state comes back from.
+  virtual void tenant_attached(const std::string& tenant, uid_t uid) = 0;
   virtual void tenant_detached(const std::string& tenant) = 0;
   // The tenant's name was unbound from its owner (it may go to another uid).
   virtual void tenant_released(const std::string& tenant) = 0;

@@ -34,8 +34,8 @@ struct JobRegistry::Job {
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point ended{};  // GUARDED_BY(mu): set when it finished
   // GUARDED_BY(JobRegistry::mu_):
-  bool admitted = false;  // holds a running place
-  bool exited = false;    // its thread (or RL run) is done and may be joined
+  bool admitted = false;  // holds a running place (until exited)
+  bool exited = false;    // ended: its places are freed; its thread (or RL run) may be joined
   std::thread thread;                           // sft, eval: the current loop
   std::vector<std::thread> superseded_threads;  // loops a restart replaced (they leave when they wake)
   std::shared_ptr<Role> role;                   // its heartbeat (Health Manager)

@@ -3,6 +3,7 @@
 #include <future>
 #include <thread>
 
+#include "daemon/fault/fault_plan.hpp"
 #include "daemon/master/dataset_routes.hpp"
 #include "daemon/master/job.hpp"
 #include "schema/tokenizer.hpp"
@@ -49,7 +50,7 @@ void JobRegistry::run_sft(Job& job, std::uint64_t generation) {
   for (int step = first; step < s.steps; ++step) {
     if (superseded(job, generation)) return;
     if (job.role) job.role->beat();
-    if (step == first + 2 && hang_once_.exchange(false)) {  // fault injection: hang past the heartbeat
+    if (step == first + 2 && fault::at(fault::Point::JobStep) == fault::Action::Hang) {  // past the heartbeat
       std::this_thread::sleep_for(limits_.heartbeat * 3);
       if (superseded(job, generation)) return;
     }

@@ -1,6 +1,8 @@
-// The job registry's lifecycle: start, admission, listing, cancellation, reaping. The work
-// itself is in job_runs.cpp (sft, eval) and jobs_rl.cpp (rl).
+// The job registry's lifecycle: start, bounds, admission, listing, cancellation, reaping. The
+// work itself is in job_runs.cpp (sft, eval) and jobs_rl.cpp (rl).
 #include "daemon/master/jobs.hpp"
+
+#include <system_error>
 
 #include "daemon/log/log_text.hpp"
 #include "daemon/master/job.hpp"
@@ -9,13 +11,7 @@ namespace nexus::daemon {
 
 JobRegistry::JobRegistry(model::ModelService& model, env::EnvService& envs, env::DatasetStore& datasets,
                          JobLimits limits, HealthManager* health)
-    : model_(model),
-      envs_(envs),
-      datasets_(datasets),
-      limits_(limits),
-      health_(health),
-      hang_once_(limits.inject_hang),
-      reaper_([this] { reap(); }) {}
+    : model_(model), envs_(envs), datasets_(datasets), limits_(limits), health_(health), reaper_([this] { reap(); }) {}
 
 JobRegistry::~JobRegistry() {
   {
@@ -36,23 +32,109 @@ JobRegistry::~JobRegistry() {
   }
 }
 
-void JobRegistry::launch(Job& j) {
+std::optional<JobRefused> JobRegistry::over_bounds(const std::string& tenant) const {
+  const auto mine = active_of_.count(tenant) ? active_of_.at(tenant) : 0;
+  if (mine >= limits_.max_per_tenant)
+    return JobRefused{wire::ErrorCode::LimitExceeded,
+                      "this tenant has " + std::to_string(mine) +
+                          " jobs queued or running, the most it may ([jobs] max_per_tenant): wait for one to end or cancel one"};
+  if (static_cast<int>(active_) >= limits_.max_jobs)
+    return JobRefused{wire::ErrorCode::LimitExceeded, "nexusd has " + std::to_string(active_) +
+                                                          " jobs queued or running, its bound ([jobs] max_jobs): try later"};
+  return std::nullopt;
+}
+
+bool JobRegistry::fits(const Job& job) const {
+  const int mine = running_of_.count(job.info.tenant) ? running_of_.at(job.info.tenant) : 0;
+  return running_ < limits_.max_running && mine < limits_.max_running_per_tenant;
+}
+
+// A job's places: active (queued or running) from its start, running from its admission.
+void JobRegistry::ended(Job& j) {
+  if (j.exited) return;
+  j.exited = true;
+  --active_;
+  if (--active_of_[j.info.tenant] <= 0) active_of_.erase(j.info.tenant);
+  if (j.admitted) {
+    --running_;
+    if (--running_of_[j.info.tenant] <= 0) running_of_.erase(j.info.tenant);
+  }
+  admit_waiting();
+  cv_.notify_all();
+}
+
+void JobRegistry::admit_waiting() {
+  std::vector<Job*> cancelled;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    Job& j = **it;
+    if (j.cancelled || stop_) {
+      cancelled.push_back(&j);
+      it = waiting_.erase(it);
+    } else if (fits(j)) {
+      it = waiting_.erase(it);
+      start_running(j);  // may fail and end the job: it is out of waiting_ already
+    } else {
+      ++it;
+    }
+  }
+  for (Job* j : cancelled) {
+    finish(*j, "cancelled", "");
+    ended(*j);  // frees no running place: admits nothing new
+  }
+}
+
+void JobRegistry::start_running(Job& j) {
+  j.admitted = true;
+  ++running_;
+  ++running_of_[j.info.tenant];
+  {
+    std::lock_guard jl(j.mu);
+    j.info.state = "running";
+    j.started = std::chrono::steady_clock::now();
+  }
+  if (health_ && !j.role)  // a silent loop is restarted: SFT continues from its last step, an evaluation starts over
+    j.role = health_->add(
+        "job-" + std::to_string(j.info.id), limits_.heartbeat,
+        [this, &j] {
+          std::lock_guard lk(mu_);
+          if (j.exited || stop_) return;
+          if (!launch(j)) ended(j);
+        },
+        [this, &j](const std::string& why) {  // its loop keeps failing: the job fails with the reason
+          std::lock_guard lk(mu_);
+          if (j.exited) return;
+          if (j.thread.joinable()) j.superseded_threads.push_back(std::move(j.thread));
+          finish(j, "failed", why);
+          ended(j);
+        });
+  if (!launch(j)) ended(j);
+}
+
+// False (the job failed, with the reason) when no thread can be made: the daemon and every
+// other job go on.
+bool JobRegistry::launch(Job& j) {
   if (j.thread.joinable()) j.superseded_threads.push_back(std::move(j.thread));
   const std::uint64_t generation = j.role ? j.role->generation() : 1;
-  j.thread = std::thread([this, &j, generation] {
-    const bool first = generation <= 1;
-    if (!first || admit(j)) {
+  try {
+    j.thread = std::thread([this, &j, generation] {
+      std::string error;
       try {
         j.info.kind == "sft" ? run_sft(j, generation) : run_eval(j, generation);
       } catch (const std::exception& e) {  // a job's failure is its own
-        if (!superseded(j, generation)) finish(j, "failed", e.what());
+        error = e.what();
+      } catch (...) {
+        error = "unknown exception";
       }
-    }
-    if (superseded(j, generation)) return;  // the loop that replaced us reports for the job
-    std::lock_guard lk(mu_);
-    j.exited = true;
-    cv_.notify_all();
-  });
+      if (superseded(j, generation)) return;  // the loop that replaced us reports for the job
+      if (!error.empty()) finish(j, "failed", error);
+      std::lock_guard lk(mu_);
+      ended(j);
+    });
+  } catch (const std::system_error& e) {
+    finish(j, "failed", std::string("nexusd cannot start a thread for this job: ") + e.what());
+    return false;
+  }
+  return true;
 }
 
 bool JobRegistry::superseded(Job& job, std::uint64_t generation) {
@@ -106,27 +188,14 @@ std::variant<std::uint64_t, JobRefused> JobRegistry::start(const std::string& te
   }
   std::lock_guard lk(mu_);
   if (stop_) return JobRefused{wire::ErrorCode::Internal, "nexusd is stopping"};
+  if (auto refused = over_bounds(tenant)) return *refused;
   Job& j = *job;
   const auto id = add(std::move(job));
-  if (health_)  // a silent loop is restarted: SFT continues from its last step, an evaluation starts over
-    j.role = health_->add(
-        "job-" + std::to_string(id), limits_.heartbeat,
-        [this, &j] {
-          std::lock_guard lk(mu_);
-          if (!j.exited && !stop_) launch(j);
-        },
-        [this, &j](const std::string& why) {  // its loop keeps failing: the job fails with the reason
-          {
-            std::lock_guard lk(mu_);
-            if (j.exited) return;
-            if (j.thread.joinable()) j.superseded_threads.push_back(std::move(j.thread));
-            j.exited = true;
-            cv_.notify_all();
-          }
-          finish(j, "failed", why);
-        });
-  launch(j);
+  ++active_;
+  ++active_of_[tenant];
+  waiting_.push_back(&j);
   log_text(LogLevel::Info, "job_queued", "job=" + std::to_string(id) + " tenant=" + tenant + " kind=" + j.info.kind);
+  admit_waiting();
   return id;
 }
 
@@ -136,10 +205,14 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   std::uint64_t id = 0;
   {
     std::lock_guard lk(mu_);
+    if (stop_) return JobRefused{wire::ErrorCode::Internal, "nexusd is stopping"};
     for (const auto& [other, job] : jobs_)
       if (job->rl && job->info.tenant == tenant && !rl_finished(*job->rl))
         return JobRefused{wire::ErrorCode::JobFailed, "an RL job of this tenant is running: stop it first"};
+    if (auto refused = over_bounds(tenant)) return *refused;
     id = next_id_++;  // its loops' role names carry it
+    ++active_, ++active_of_[tenant];  // its places, held while it is set up
+    ++running_, ++running_of_[tenant];
   }
   auto job = std::make_unique<Job>();
   job->owner = owner;
@@ -147,43 +220,23 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   job->info.kind = "rl";
   job->info.state = "running";
   job->info.total = r.iterations();
+  job->admitted = true;
   std::uint64_t first = 0;
+  std::string error;
   try {  // opens sessions and publishes the starting version: outside the registry's lock
     job->rl = start_rl_run(tenant, r, model_, envs_, datasets_, health_, id, limits_, first);
   } catch (const std::exception& e) {
-    return JobRefused{wire::ErrorCode::JobFailed, e.what()};
+    error = e.what();
+  } catch (...) {
+    error = "unknown exception";
   }
   std::lock_guard lk(mu_);
-  job->admitted = true;
+  if (!error.empty()) {
+    ended(*job);  // gives its places back
+    return JobRefused{wire::ErrorCode::JobFailed, error};
+  }
   add(std::move(job), id);
   return std::pair{id, first};
-}
-
-bool JobRegistry::admit(Job& job) {
-  std::unique_lock lk(mu_);
-  auto running = [&](const std::string* tenant) {
-    int n = 0;
-    for (const auto& [id, j] : jobs_)
-      if (j->admitted && !j->exited && !(j->rl && rl_finished(*j->rl)) && (!tenant || j->info.tenant == *tenant)) ++n;
-    return n;
-  };
-  RoleIdle waiting(job.role.get());  // queued: no heartbeat expected
-  cv_.wait(lk, [&] {
-    return stop_ || job.cancelled ||
-           (running(nullptr) < limits_.max_running && running(&job.info.tenant) < limits_.max_running_per_tenant);
-  });
-  if (stop_ || job.cancelled) {
-    lk.unlock();
-    finish(job, "cancelled", "");
-    return false;
-  }
-  job.admitted = true;
-  {
-    std::lock_guard jl(job.mu);
-    job.info.state = "running";
-    job.started = std::chrono::steady_clock::now();
-  }
-  return true;
 }
 
 void JobRegistry::finish(Job& job, const std::string& state, const std::string& error) {
@@ -229,13 +282,8 @@ std::variant<JobInfo, JobRefused> JobRegistry::cancel(std::uint64_t id, const st
   if (!mine) return JobRefused{wire::ErrorCode::UnknownJob, "no job " + std::to_string(id) + " of yours"};
   Job& job = *it->second;
   job.cancelled = true;
-  if (job.rl) {
-    rl_stop(*job.rl);
-  } else if (!job.admitted) {
-    std::lock_guard jl(job.mu);
-    if (job.info.state == "queued") job.info.state = "cancelled", job.ended = std::chrono::steady_clock::now();
-  }
-  cv_.notify_all();
+  if (job.rl) rl_stop(*job.rl);
+  else if (!job.admitted) admit_waiting();  // takes it out of the queue, cancelled
   return info_of(job);
 }
 
@@ -252,9 +300,8 @@ void JobRegistry::tenant_detached(const std::string& tenant) {
       job->cancelled = true;
       if (job->rl) rl_stop(*job->rl);
     }
-  cv_.notify_all();
+  admit_waiting();  // its queued jobs leave the queue, cancelled
 }
-
 // Joins what has ended (threads, RL runs) and forgets the oldest finished jobs beyond the cap.
 void JobRegistry::reap() {
   std::unique_lock lk(mu_);
@@ -270,13 +317,13 @@ void JobRegistry::reap() {
       if (job->thread.joinable() && job->exited) job->thread.join();
       if (job->exited && job->role) ended_roles.push_back(std::move(job->role)), role_pending.insert(id);
       if (job->rl && rl_finished(*job->rl) && !job->exited) {
-        job->exited = true;  // the run's loops are done: its object may go (joins them, closes sessions)
         JobInfo last = info_of(*job);
         {
           std::lock_guard jl(job->mu);
           job->info = last;
           job->ended = std::chrono::steady_clock::now();
         }
+        ended(*job);  // the run's loops are done: its object may go (joins them, closes sessions)
         ended_runs.push_back(std::move(job->rl));
       }
       if (job->exited) ++finished;

@@ -9,6 +9,12 @@
 // max_running in all run at once), running, finished, failed (with its reason), cancelled.
 // A tenant's jobs are cancelled when it detaches. Tenant-driven requests go on beside them.
 //
+// Bounds: a tenant may have max_per_tenant jobs queued or running, and the daemon max_jobs;
+// a start beyond either is refused with LimitExceeded. A queued job is a record in a FIFO and
+// holds no thread: threads are made for running jobs only (max_running at most, plus loops a
+// restart superseded, which leave when they wake), so a flood of starts cannot exhaust threads.
+// A thread that cannot be made fails that job alone. Admission is O(queued) per event.
+//
 // Thread safety: every member may be called from any thread and never blocks on a job; jobs
 // run on their own threads, which the registry joins (a reaper; and the destructor).
 #pragma once
@@ -42,9 +48,8 @@ struct JobLimits {
   // An SFT or evaluation job's loop beats every step; one silent for this long is restarted
   // (SFT continues from its last finished step, an evaluation starts over).
   std::chrono::milliseconds heartbeat{60000};
-  bool inject_hang = false;         // fault injection (tests): one job loop hangs once, past it
-  bool inject_rl_throw = false;     // ... an RL rollout loop throws once
-  bool inject_rl_hang = false;      // ... an RL rollout loop hangs once, past its heartbeat
+  int max_per_tenant = 32;  // queued or running (RL jobs too)
+  int max_jobs = 1024;      // queued or running, every tenant's
 };
 
 struct JobRefused {
@@ -65,7 +70,7 @@ class JobRegistry {
   JobRegistry(const JobRegistry&) = delete;
   JobRegistry& operator=(const JobRegistry&) = delete;
 
-  // A job id, or why it cannot start (bad spec, one RL job per tenant at a time).
+  // A job id, or why it cannot start (bad spec, one RL job per tenant at a time, a bound).
   std::variant<std::uint64_t, JobRefused> start(const std::string& tenant, uid_t owner, const wire::JobSpec& spec);
   // RL jobs keep their own request (RlStartRequest): the job id and the starting version.
   std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> start_rl(const std::string& tenant, uid_t owner,
@@ -81,12 +86,16 @@ class JobRegistry {
 
  private:
   struct Job;
+  std::optional<JobRefused> over_bounds(const std::string& tenant) const;  // holds mu_
   std::uint64_t add(std::unique_ptr<Job> job, std::uint64_t id = 0);  // holds mu_; id 0: the next
-  void launch(Job& job);                         // holds mu_: (re)starts the job's thread
+  void admit_waiting();                          // holds mu_: starts queued jobs that fit, in order
+  bool fits(const Job& job) const;               // holds mu_: a running place for it
+  void start_running(Job& job);                  // holds mu_: admitted; its role and first thread
+  bool launch(Job& job);                         // holds mu_: (re)starts its thread; false if none can start
+  void ended(Job& job);                          // holds mu_: exited, its places freed
   void run_sft(Job& job, std::uint64_t generation);  // the job's thread; returns when superseded
   void run_eval(Job& job, std::uint64_t generation);
   bool superseded(Job& job, std::uint64_t generation);  // a restart handed the loop on
-  bool admit(Job& job);                          // waits for a place; false if cancelled meanwhile
   void finish(Job& job, const std::string& state, const std::string& error);
   static JobInfo info_of(const Job& job);        // holds job's lock
   void reap();                                   // the reaper thread
@@ -96,11 +105,15 @@ class JobRegistry {
   env::DatasetStore& datasets_;
   const JobLimits limits_;
   HealthManager* const health_;
-  std::atomic<bool> hang_once_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;                        // admissions and the reaper
+  std::condition_variable cv_;                        // the reaper
   std::map<std::uint64_t, std::unique_ptr<Job>> jobs_;  // GUARDED_BY(mu_)
+  std::deque<Job*> waiting_;                          // GUARDED_BY(mu_): queued sft/eval jobs, in order
+  std::size_t active_ = 0;                            // GUARDED_BY(mu_): jobs queued or running
+  std::map<std::string, int> active_of_;              // GUARDED_BY(mu_): ... per tenant
+  int running_ = 0;                                   // GUARDED_BY(mu_): sft/eval jobs admitted, not exited
+  std::map<std::string, int> running_of_;             // GUARDED_BY(mu_): ... per tenant
   std::uint64_t next_id_ = 1;                         // GUARDED_BY(mu_)
   bool stop_ = false;                                 // GUARDED_BY(mu_)
   // Tenants that left: a job whose start was under way when its tenant left is cancelled as it

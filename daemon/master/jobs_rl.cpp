@@ -67,8 +67,7 @@ std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, con
   if (c.iterations > 100000 || c.update.epochs > 32 || c.update.minibatch > 4096)
     throw std::runtime_error("iterations <= 100000, epochs <= 32, minibatch <= 4096");
   c.demos = demo_config(tenant, r, datasets, model.backbone().max_tokens);
-  const rl::RlSupervision supervision{health, "job-" + std::to_string(id), limits.heartbeat, limits.inject_rl_throw,
-                                      limits.inject_rl_hang};
+  const rl::RlSupervision supervision{health, "job-" + std::to_string(id), limits.heartbeat};
   std::unique_ptr<RlRun, RlRunDeleter> run(new RlRun(tenant, std::move(c), model, envs, supervision));
   first_version = run->job().progress().first_version;
   return run;

@@ -3,6 +3,7 @@
 #include "daemon/master/master.hpp"
 
 #include <mutex>
+#include <system_error>
 
 #include "daemon/master/dataset_routes.hpp"
 #include "daemon/master/env_routes.hpp"
@@ -16,9 +17,8 @@ Master::Impl::Impl(const MasterConfig& c, Completion done)
     : config(c),
       complete(std::move(done)),
       accounting(std::make_shared<metrics::Accounting>()),
-      model(c.model, accounting, &health, c.faults.count("executor-throw") > 0),
-      envs(c.env, env::session_factory(c.external_envs, c.external_timeouts), accounting.get(), &health,
-           c.faults.count("env-worker-throw") > 0),
+      model(c.model, accounting, &health),
+      envs(c.env, env::session_factory(c.external_envs, c.external_timeouts), accounting.get(), &health),
       datasets(c.datasets),
       jobs(model, envs, datasets, c.jobs, &health) {
   accounting->record_timeline(c.record_timeline);
@@ -81,7 +81,11 @@ void Master::submit(ServiceRequest r) {
   }
   const std::string tenant = r.tenant;
   auto shared = std::make_shared<ServiceRequest>(std::move(r));
-  impl->lanes.post(tenant, [impl, shared, answer] { impl->on_lane(*shared, answer); });
+  try {
+    impl->lanes.post(tenant, [impl, shared, answer] { impl->on_lane(*shared, answer); });
+  } catch (const std::system_error& e) {  // no thread for a new lane: this request fails, nothing else
+    answer(error_reply(id, wire::ErrorCode::Internal, std::string("nexusd cannot start a thread: ") + e.what()));
+  }
 }
 
 // A tenant's blocking work, in order, on its own lane.
@@ -157,8 +161,8 @@ std::vector<std::uint8_t> Master::Impl::job_status(const ServiceRequest& r, cons
                       wire::CreateJobStatusReply(fbb, fbb.CreateVector(infos)).Union());
 }
 
-void Master::tenant_attached(const std::string& tenant) {
-  impl_->model.tenant_attached(tenant);
+void Master::tenant_attached(const std::string& tenant, uid_t uid) {
+  impl_->model.tenant_attached(tenant, uid);
   impl_->jobs.tenant_attached(tenant);
 }
 
@@ -198,6 +202,9 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
     else if (r.restarts > 0)
       s.health.push_back(r.name + ": " + std::to_string(r.restarts) + " restart(s), last: " + r.last_reason);
   s.health_restarts = impl_->health.restarts();
+  for (const auto& u : impl_->model.user_usage()) s.users.push_back({u.uid, 0, u.slots, u.checkpoints, u.checkpoint_bytes});
+  const auto& b = impl_->config.model.users;
+  s.user_bounds = {0, b.slots, b.checkpoints, b.checkpoint_bytes};
   return s;
 }
 

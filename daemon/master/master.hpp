@@ -35,10 +35,6 @@ struct MasterConfig {
   JobLimits jobs;
   std::uint64_t request_bytes_per_tenant = 64ull << 20;  // queued requests' memory, per tenant
   bool record_timeline = false;                          // keep busy intervals (nexus-bench workload)
-  // Fault injection, for the Health Manager's tests only (nexusd --inject-fault NAME):
-  // "env-worker-throw" (an environment worker's loop throws once), "job-hang" (a job loop hangs
-  // once past its heartbeat).
-  std::set<std::string> faults;
 };
 
 class Master final : public ServicePort {
@@ -52,7 +48,7 @@ class Master final : public ServicePort {
   Master& operator=(const Master&) = delete;
 
   void submit(ServiceRequest request) override;
-  void tenant_attached(const std::string& tenant) override;
+  void tenant_attached(const std::string& tenant, uid_t uid) override;
   void tenant_detached(const std::string& tenant) override;
   void tenant_released(const std::string& tenant) override;
   ServiceStatus status(std::optional<double> usage_since_s) const override;

@@ -35,6 +35,16 @@ struct ReplicaStatus {
   std::uint64_t tenants = 0, groups = 0, samples = 0;
 };
 
+// One Unix user's use of what the daemon keeps per user; names come from the reactor's registry,
+// the rest from the model service. The bounds are the same for every user.
+struct UserStatus {
+  std::uint32_t uid = 0;
+  std::uint64_t names = 0, slots = 0, checkpoints = 0, checkpoint_bytes = 0;
+};
+struct UserBounds {
+  std::uint64_t names = 0, slots = 0, checkpoints = 0, checkpoint_bytes = 0;
+};
+
 struct ServiceStatus {
   std::string backbone;                  // empty without a model service
   std::vector<ReplicaStatus> replicas;   // one per model.devices entry
@@ -48,6 +58,8 @@ struct ServiceStatus {
   std::vector<JobInfo> jobs;
   std::uint64_t health_restarts = 0;  // roles the Health Manager restarted
   std::vector<std::string> health;    // those roles: "name: N restart(s), last: reason"
+  std::vector<UserStatus> users;      // slots and checkpoints per Unix user (names: the reactor adds them)
+  UserBounds user_bounds;
 };
 
 }  // namespace nexus::daemon

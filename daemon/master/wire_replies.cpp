@@ -39,6 +39,7 @@ wire::ErrorCode wire_code(model::Fault fault) {
     case model::Fault::UnknownVersion: return wire::ErrorCode::UnknownVersion;
     case model::Fault::OverBudget: return wire::ErrorCode::OverBudget;
     case model::Fault::NoCheckpoint: return wire::ErrorCode::BadMessage;
+    case model::Fault::OverQuota: return wire::ErrorCode::QuotaExceeded;
     case model::Fault::Internal: return wire::ErrorCode::Internal;
   }
   return wire::ErrorCode::Internal;

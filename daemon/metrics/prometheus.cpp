@@ -1,6 +1,12 @@
 #include "daemon/metrics/prometheus.hpp"
 
+#include <fcntl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cstdio>
 #include <fstream>
@@ -112,14 +118,30 @@ std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus*
   return w.str();
 }
 
-bool write_textfile(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out.flush()) return false;
+std::string write_textfile(const std::string& path, const std::string& text) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  std::uint64_t nonce = 0;
+  if (::getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) return std::string("getrandom: ") + std::strerror(errno);
+  char suffix[24];
+  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(nonce));
+  const std::string tmp = dir + "/." + base + ".tmp." + suffix;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
+  if (fd < 0) return tmp + ": " + std::strerror(errno);
+  std::string error;
+  if (::fchmod(fd, 0640) != 0) error = std::string("fchmod: ") + std::strerror(errno);  // whatever the umask
+  for (std::size_t done = 0; error.empty() && done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) error = std::string("write: ") + std::strerror(n < 0 ? errno : EIO);
+    else done += static_cast<std::size_t>(n);
   }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+  if (::close(fd) != 0 && error.empty()) error = std::string("close: ") + std::strerror(errno);
+  // rename() replaces whatever `path` names (a symlink included) without following it.
+  if (error.empty() && std::rename(tmp.c_str(), path.c_str()) != 0) error = path + ": " + std::strerror(errno);
+  if (!error.empty()) ::unlink(tmp.c_str());
+  return error;
 }
 
 }  // namespace nexus::metrics

@@ -31,9 +31,11 @@ std::map<std::string, double> GroupExecutor::run(std::vector<Work>& group, metri
   bound.reserve(group.size());
   for (auto& w : group) {
     if (cancelled(w)) continue;  // its tenant left: nobody to answer
-    SlotEntry* slot = needs_slot(w) ? slots_.find(tenant_of(w)) : nullptr;
+    std::string refused;
+    SlotEntry* slot = needs_slot(w) ? slots_.find(tenant_of(w), &refused) : nullptr;
     if (!slot && needs_slot(w)) {
-      fail(w, Fault::NotRegistered, "register the tenant (head and data schema) first");
+      if (refused.empty()) fail(w, Fault::NotRegistered, "register the tenant (head and data schema) first");
+      else fail(w, Fault::OverQuota, refused);
       continue;
     }
     Bound b;

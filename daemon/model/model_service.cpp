@@ -13,7 +13,8 @@
 namespace nexus::model {
 
 ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
-                           daemon::HealthManager* health, bool inject_executor_throw) {
+                           daemon::HealthManager* health)
+    : quotas_(config.state_dir, config.users) {
   // Before any tensor math: MKL reads its branch once, at its first call.
   if (config.deterministic)
     daemon::log_text(daemon::LogLevel::Info, "deterministic",
@@ -36,7 +37,7 @@ ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::A
   for (std::size_t i = 0; i < devices.size(); ++i)
     replicas_.push_back(std::make_unique<detail::Replica>(
         config, devices[i], devices.size() == 1 ? "executor" : "executor." + std::to_string(i), accounting, health,
-        inject_executor_throw && i == 0));
+        quotas_));
 }
 
 ModelService::~ModelService() = default;
@@ -62,7 +63,9 @@ void ModelService::submit(Request request) {
   replica.submit(detail::TenantWork{std::move(request)});
 }
 
-void ModelService::tenant_attached(const std::string& tenant) { replica_for(tenant).tenant_attached(tenant); }
+void ModelService::tenant_attached(const std::string& tenant, std::uint32_t uid) {
+  replica_for(tenant).tenant_attached(tenant, uid);
+}
 void ModelService::tenant_detached(const std::string& tenant) { replica_for(tenant).tenant_detached(tenant); }
 
 void ModelService::tenant_released(const std::string& tenant) {
@@ -101,6 +104,8 @@ ModelStats ModelService::stats() const {
   }
   return total;
 }
+
+std::vector<UserUsage> ModelService::user_usage() const { return quotas_.usage(); }
 
 const BackboneConfig& ModelService::backbone() const { return replicas_.front()->backbone(); }
 

@@ -37,6 +37,7 @@
 #include "daemon/metrics/accounting.hpp"
 #include "daemon/model/backbone_config.hpp"
 #include "daemon/model/slot_spec.hpp"
+#include "daemon/model/user_quotas.hpp"
 #include "daemon/sched/group_batcher.hpp"
 
 namespace nexus::model {
@@ -94,7 +95,7 @@ struct Load { std::string tag; };
 using Op = std::variant<op::Register, op::SftStep, op::Predict, op::Features, op::Publish, op::Digest, op::Backbone,
                         op::Save, op::Load>;
 
-enum class Fault { NotRegistered, BadRequest, BadBatch, UnknownVersion, OverBudget, NoCheckpoint, Internal };
+enum class Fault { NotRegistered, BadRequest, BadBatch, UnknownVersion, OverBudget, NoCheckpoint, OverQuota, Internal };
 struct Failure {
   Fault fault;
   std::string reason;
@@ -150,6 +151,7 @@ struct ModelConfig {
   double max_request_gflop = 2000;       // per-request cost budget (samples x FLOPs x steps)
   int versions_kept = 8;                 // published versions kept per tenant (plus pinned ones)
   std::chrono::seconds idle_evict{600};  // a detached tenant's slot is checkpointed and freed after this
+  UserLimits users;                      // per Unix user: resident slots, checkpoint tags and bytes
   std::map<std::string, TenantPolicy> tenants;  // weights and priorities by tenant name
 };
 
@@ -178,17 +180,20 @@ class ModelService {
  public:
   // Loads one backbone per device (throws std::runtime_error, also for a device that cannot run)
   // and starts each replica's executor thread, a role of `health` (optional): "executor", or
-  // "executor.N" with several replicas. inject_executor_throw (tests): replica 0's loop throws once.
+  // "executor.N" with several replicas.
   ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
-               daemon::HealthManager* health = nullptr, bool inject_executor_throw = false);
+               daemon::HealthManager* health = nullptr);
+  // Stops the executors (the turn in progress finishes; queued work is answered "nexusd is
+  // stopping") and checkpoints every slot that changed, so that a stop loses no finished step.
   ~ModelService();
   ModelService(const ModelService&) = delete;
   ModelService& operator=(const ModelService&) = delete;
 
   void submit(Request request);
   // Attached tenants are waited for when groups form; a detached one's slot is evicted after
-  // the idle time (checkpointed; it comes back from the checkpoint at its next request).
-  void tenant_attached(const std::string& tenant);
+  // the idle time (checkpointed; it comes back from the checkpoint at its next request). `uid`:
+  // whose files the tenant's slot comes back from (after an eviction, or a restart).
+  void tenant_attached(const std::string& tenant, std::uint32_t uid);
   void tenant_detached(const std::string& tenant);
   // The name was released (nexusctl tenant release): its slot is forgotten.
   void tenant_released(const std::string& tenant);
@@ -201,11 +206,13 @@ class ModelService {
   std::unique_ptr<PolicyPort> policy_port(const std::string& tenant);
 
   ModelStats stats() const;
+  std::vector<UserUsage> user_usage() const;  // against config.users
   const BackboneConfig& backbone() const;  // every replica's is the same
 
  private:
   detail::Replica& replica_for(const std::string& tenant);  // places on first sight
 
+  UserQuotas quotas_;  // shared by the replicas: before them, so it outlives them
   std::vector<std::unique_ptr<detail::Replica>> replicas_;
   mutable std::mutex placement_mu_;
   std::map<std::string, std::size_t> placement_;  // GUARDED_BY(placement_mu_): tenant -> replica

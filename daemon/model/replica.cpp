@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "daemon/fault/fault_plan.hpp"
 #include "daemon/log/log_text.hpp"
 #include "daemon/model/policy_port.hpp"
 #include "daemon/model/torchscript_backbone.hpp"
@@ -46,8 +47,7 @@ class Replica::Policy final : public PolicyPort {
 };
 
 Replica::Replica(const ModelConfig& config, torch::Device device, const std::string& role_name,
-                 std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health,
-                 bool inject_executor_throw)
+                 std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, UserQuotas& quotas)
     : config_(config),
       device_(device),
       device_name_(device.str()),
@@ -72,11 +72,10 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
                " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size) +
                " deterministic=" + (config.deterministic ? "true" : "false"));
   for (const auto& [tenant, p] : config.tenants) share_.configure(tenant_id(tenant), p.weight, p.priority);
-  registry_ = std::make_unique<SlotRegistry>(config, bc, device_);
+  registry_ = std::make_unique<SlotRegistry>(config, bc, device_, quotas);
   executor_ = std::make_unique<GroupExecutor>(*backbone_, device_, *registry_,
                                               make_cost_model(*backbone_, bc, config.max_request_gflop, builtin),
                                               config.deterministic, accounting_.get(), stats_, stats_mu_);
-  throw_once_ = inject_executor_throw;
   if (health_)
     role_ = health_->add(role_name, std::chrono::milliseconds(0), [this] {
       std::lock_guard lk(threads_mu_);
@@ -106,6 +105,9 @@ Replica::~Replica() {
   }
   for (auto& w : left)
     if (!cancelled(w)) fail(w, Fault::Internal, "nexusd is stopping");
+  // The executor has stopped (joined above): the slots are ours to write from this thread.
+  const auto written = registry_->checkpoint_all();
+  log_text(LogLevel::Info, "slots_checkpointed", "device=" + device_name_ + " slots=" + std::to_string(written));
 }
 
 void Replica::submit(Work w) {
@@ -123,8 +125,8 @@ void Replica::submit(Work w) {
   cv_.notify_one();
 }
 
-void Replica::tenant_attached(const std::string& tenant) {
-  registry_->attached(tenant);
+void Replica::tenant_attached(const std::string& tenant, std::uint32_t uid) {
+  registry_->attached(tenant, uid);
   std::lock_guard lk(mu_);
   attached_names_.insert(tenant);
   attached_ids_.insert(tenant_id(tenant));
@@ -189,7 +191,8 @@ void Replica::serve(std::uint64_t generation) {
     {
       std::unique_lock lk(mu_);
       if (stop_ || (role_ && !role_->current(generation))) return;
-      if (!queues_.empty() && throw_once_.exchange(false)) throw std::runtime_error("injected fault: the executor threw");
+      if (!queues_.empty() && daemon::fault::at(daemon::fault::Point::ExecutorTurn) == daemon::fault::Action::Throw)
+        throw std::runtime_error("injected fault: the executor threw");
       std::chrono::microseconds wait = std::chrono::seconds(1);  // wakes for eviction at least
       if (!queues_.empty()) {
         const auto now = sched::Clock::now();
@@ -255,9 +258,11 @@ std::map<std::string, double> Replica::run_single(Work& w) {
   const auto& tenant = tenant_of(w);
   const auto t0 = sched::Clock::now();
   if (auto* s = std::get_if<SlotWork>(&w)) {
-    auto* slot = registry_->find(tenant);
+    std::string refused;
+    auto* slot = registry_->find(tenant, &refused);
     if (!slot) {
-      fail(w, Fault::NotRegistered, "the tenant has no slot: register it first");
+      if (refused.empty()) fail(w, Fault::NotRegistered, "the tenant has no slot: register it first");
+      else fail(w, Fault::OverQuota, refused);
       return charged;
     }
     try {

@@ -38,15 +38,17 @@ namespace nexus::model::detail {
 class Replica {
  public:
   // Loads the backbone (throws std::runtime_error) and starts the executor thread, a role of
-  // `health` named `role_name` (optional). inject_executor_throw (tests): the loop throws once.
+  // `health` named `role_name` (optional). `quotas`: per-user bounds, shared with the other replicas.
   Replica(const ModelConfig& config, torch::Device device, const std::string& role_name,
-          std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, bool inject_executor_throw);
-  ~Replica();  // stops the executor; queued work fails with "nexusd is stopping"
+          std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, UserQuotas& quotas);
+  // Stops the executor (the turn in progress finishes); queued work fails with "nexusd is
+  // stopping"; then every slot that changed is checkpointed (SlotRegistry::checkpoint_all).
+  ~Replica();
   Replica(const Replica&) = delete;
   Replica& operator=(const Replica&) = delete;
 
   void submit(Work w);
-  void tenant_attached(const std::string& tenant);
+  void tenant_attached(const std::string& tenant, std::uint32_t uid);
   void tenant_detached(const std::string& tenant);
   void tenant_released(const std::string& tenant);
   void pin_version(const std::string& tenant, std::uint64_t version);
@@ -93,7 +95,6 @@ class Replica {
   mutable std::mutex stats_mu_;
   ModelStats stats_;  // GUARDED_BY(stats_mu_)
   std::shared_ptr<daemon::Role> role_;  // the executor's (Health Manager); null without one
-  std::atomic<bool> throw_once_{false};
   std::mutex threads_mu_;
   std::thread thread_;                 // GUARDED_BY(threads_mu_): the executor now
   std::vector<std::thread> retired_;   // GUARDED_BY(threads_mu_): generations that threw and left

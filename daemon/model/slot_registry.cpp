@@ -5,58 +5,121 @@
 #include "daemon/log/log_text.hpp"
 #include "daemon/model/request_binding.hpp"
 #include "daemon/state/private_files.hpp"
+#include "schema/names.hpp"
 
 namespace nexus::model::detail {
 
 using daemon::log_text;
 using daemon::LogLevel;
 
-SlotRegistry::SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device)
-    : config_(config), backbone_(backbone), device_(device) {}
+SlotRegistry::SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device,
+                           UserQuotas& quotas)
+    : config_(config), backbone_(backbone), device_(device), quotas_(quotas) {}
 
-// Tags are checked by the decoder ([A-Za-z0-9._-], no ".."); tenant names by the tenant
-// registry. One directory per owner and tenant: a name another uid holds later (after a
-// release) never reaches the files of the uid that held it before.
+namespace {
+// Where a tenant's files are, without creating anything (tenant_dir creates).
+std::filesystem::path tenant_path(const std::string& state_dir, std::uint32_t uid, const std::string& tenant) {
+  if (!schema::valid_name(tenant)) throw std::invalid_argument("tenant name '" + tenant + "' is not a valid name");
+  return std::filesystem::path(state_dir) / "tenants" / std::to_string(uid) / tenant;
+}
+}  // namespace
+
+// Tags are checked by the decoder and tenant names by the tenant registry, both by
+// schema::valid_name; checked again here, where they become a path. One directory per owner and
+// tenant: a name another uid holds later (after a release) never reaches the files of the uid
+// that held it before.
 std::filesystem::path SlotRegistry::tenant_dir(std::uint32_t uid, const std::string& tenant) const {
+  const auto dir = tenant_path(config_.state_dir, uid, tenant);
   const auto root = std::filesystem::path(config_.state_dir) / "tenants";
-  const auto dir = root / std::to_string(uid) / tenant;
   daemon::ensure_private_dir(root);
   daemon::ensure_private_dir(root / std::to_string(uid));
   daemon::ensure_private_dir(dir);
   return dir;
 }
 
-SlotEntry* SlotRegistry::find(const std::string& tenant) {
+std::optional<Failure> SlotRegistry::place(const std::string& tenant, SlotEntry entry) {
+  auto it = slots_.find(tenant);
+  if (it == slots_.end() || it->second.uid != entry.uid) {
+    if (auto why = quotas_.take_slot(entry.uid)) return Failure{Fault::OverQuota, *why};
+    if (it != slots_.end()) quotas_.give_slot(it->second.uid);
+  }
+  slots_[tenant] = std::move(entry);
+  return std::nullopt;
+}
+
+void SlotRegistry::drop(const std::string& tenant) {
+  auto it = slots_.find(tenant);
+  if (it == slots_.end()) return;
+  quotas_.give_slot(it->second.uid);
+  slots_.erase(it);
+}
+
+SlotEntry* SlotRegistry::find(const std::string& tenant, std::string* refused) {
   auto it = slots_.find(tenant);
   if (it != slots_.end()) return &it->second;
-  auto ev = evicted_.find(tenant);
-  if (ev == evicted_.end()) return nullptr;
-  const auto uid = ev->second;
-  evicted_.erase(ev);
+  std::optional<std::uint32_t> uid;
+  if (auto ev = evicted_.find(tenant); ev != evicted_.end()) {
+    uid = ev->second;
+  } else {
+    std::lock_guard lk(mu_);
+    if (auto o = owners_.find(tenant); o != owners_.end()) uid = o->second;
+  }
+  if (!uid) return nullptr;
   try {
-    const auto path = tenant_dir(uid, tenant) / "evicted";
+    const auto path = tenant_path(config_.state_dir, *uid, tenant) / "evicted";
+    if (!std::filesystem::exists(path.string() + ".safetensors")) {
+      evicted_.erase(tenant);
+      return nullptr;  // never registered (or released): the tenant registers
+    }
     auto loaded = TenantSlot::load(path.string(), backbone_.dim, device_);
     const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
-    auto& e = slots_[tenant] = SlotEntry{std::move(loaded.slot), views, uid};
-    log_text(LogLevel::Info, "slot_restored", "tenant=" + tenant + " step=" + std::to_string(e.trainer->steps()));
-    std::error_code ec;
-    std::filesystem::remove(path.string() + ".safetensors", ec);
-    std::filesystem::remove(path.string() + ".json", ec);
-    return &e;
+    const auto steps = loaded.slot->steps();
+    const auto version = loaded.slot->latest_version();
+    if (auto f = place(tenant, SlotEntry{std::move(loaded.slot), views, *uid, steps, version})) {
+      if (refused) *refused = f->reason;
+      return nullptr;
+    }
+    evicted_.erase(tenant);
+    log_text(LogLevel::Info, "slot_restored", "tenant=" + tenant + " step=" + std::to_string(steps));
+    return &slots_.at(tenant);  // its eviction file stays: it is what the slot holds until it changes
   } catch (const std::exception& ex) {
     log_text(LogLevel::Error, "slot_restore_failed", "tenant=" + tenant + " reason=\"" + ex.what() + "\"");
     return nullptr;
   }
 }
 
+void SlotRegistry::remove_eviction_file(std::uint32_t uid, const std::string& tenant) {
+  std::error_code ec;
+  const auto path = tenant_path(config_.state_dir, uid, tenant) / "evicted";
+  std::filesystem::remove(path.string() + ".safetensors", ec);
+  std::filesystem::remove(path.string() + ".json", ec);
+}
+
+bool SlotRegistry::write_eviction_file(const std::string& tenant, SlotEntry& e) {
+  if (!e.dirty()) return true;  // the file holds it already
+  try {
+    const auto path = tenant_dir(e.uid, tenant) / "evicted";
+    e.trainer->save(path.string(), {{"tenant", tenant}, {"uid", e.uid}, {"views", e.views}});
+  } catch (const std::exception& ex) {
+    log_text(LogLevel::Error, "slot_checkpoint_failed", "tenant=" + tenant + " reason=\"" + ex.what() + "\"");
+    return false;
+  }
+  e.saved_steps = e.trainer->steps();
+  e.saved_version = e.trainer->latest_version();
+  return true;
+}
+
 Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& r) {
   if (auto f = check_registration(r, backbone_)) return *f;
+  std::unique_ptr<TenantSlot> slot;
   try {
-    slots_[tenant] = SlotEntry{std::make_unique<TenantSlot>(r.head, r.optimizer, backbone_.dim, r.seed, device_), r.views, uid};
+    slot = std::make_unique<TenantSlot>(r.head, r.optimizer, backbone_.dim, r.seed, device_);
   } catch (const std::invalid_argument& e) {
     return Failure{Fault::BadRequest, e.what()};
   }
-  evicted_.erase(tenant);  // a fresh registration replaces an evicted slot too
+  if (auto f = place(tenant, SlotEntry{std::move(slot), r.views, uid})) return *f;
+  evicted_.erase(tenant);  // a fresh registration replaces an evicted slot too,
+  remove_eviction_file(uid, tenant);  // after a crash as well
   const auto& h = r.head;
   log_text(LogLevel::Info, "register",
            "tenant=" + tenant + " head=" + h.kind + " views=" + std::to_string(r.views) + " state_dim=" +
@@ -102,6 +165,7 @@ Result SlotRegistry::digest(const std::string& tenant) {
 }
 
 Result SlotRegistry::save(const std::string& tenant, std::uint32_t uid, const std::string& tag) {
+  if (!schema::valid_name(tag)) return Failure{Fault::BadRequest, std::string("checkpoint tags are ") + schema::kNameRule};
   SlotEntry* e = find(tenant);
   if (!e) return Failure{Fault::NotRegistered, "register the tenant first"};
   std::filesystem::path path;
@@ -109,18 +173,21 @@ Result SlotRegistry::save(const std::string& tenant, std::uint32_t uid, const st
     const auto dir = tenant_dir(uid, tenant) / "checkpoints";
     daemon::ensure_private_dir(dir);
     path = dir / tag;
+    if (auto why = quotas_.check_checkpoint(uid, path, e->trainer->checkpoint_bytes())) return Failure{Fault::OverQuota, *why};
     e->trainer->save(path.string(), {{"tenant", tenant}, {"uid", uid}, {"views", e->views}});
   } catch (const std::exception& ex) {
     return Failure{Fault::Internal, std::string("cannot save checkpoint: ") + ex.what()};
   }
+  quotas_.saved_checkpoint(uid, path);
   log_text(LogLevel::Info, "checkpoint_saved", "tenant=" + tenant + " path=" + path.string());
   return Saved{static_cast<std::uint64_t>(e->trainer->steps())};
 }
 
 Result SlotRegistry::load(const std::string& tenant, std::uint32_t uid, const std::string& tag) {
+  if (!schema::valid_name(tag)) return Failure{Fault::BadRequest, std::string("checkpoint tags are ") + schema::kNameRule};
   std::filesystem::path path;
   try {
-    path = tenant_dir(uid, tenant) / "checkpoints" / tag;
+    path = tenant_path(config_.state_dir, uid, tenant) / "checkpoints" / tag;
   } catch (const std::exception& ex) {
     return Failure{Fault::Internal, ex.what()};
   }
@@ -132,8 +199,9 @@ Result SlotRegistry::load(const std::string& tenant, std::uint32_t uid, const st
     auto loaded = TenantSlot::load(path.string(), backbone_.dim, device_);
     const std::int64_t views = loaded.manifest.at("extra").value("views", 1);
     const auto step = loaded.slot->steps();
-    slots_[tenant] = SlotEntry{std::move(loaded.slot), views, uid};
+    if (auto f = place(tenant, SlotEntry{std::move(loaded.slot), views, uid})) return *f;
     evicted_.erase(tenant);
+    remove_eviction_file(uid, tenant);
     return Loaded{static_cast<std::uint64_t>(step)};
   } catch (const std::exception& ex) {
     return Failure{Fault::BadRequest, ex.what()};
@@ -158,9 +226,10 @@ void SlotRegistry::keep(const std::string& tenant, std::uint64_t version) {
   kept_[tenant].insert(version);
 }
 
-void SlotRegistry::attached(const std::string& tenant) {
+void SlotRegistry::attached(const std::string& tenant, std::uint32_t uid) {
   std::lock_guard lk(mu_);
   detached_.erase(tenant);
+  owners_[tenant] = uid;
 }
 
 void SlotRegistry::detached(const std::string& tenant) {
@@ -173,6 +242,7 @@ void SlotRegistry::released(const std::string& tenant) {
   released_.insert(tenant);
   detached_.erase(tenant);
   kept_.erase(tenant);
+  owners_.erase(tenant);
 }
 
 void SlotRegistry::apply_releases() {
@@ -181,7 +251,18 @@ void SlotRegistry::apply_releases() {
     std::lock_guard lk(mu_);
     names.swap(released_);
   }
-  for (const auto& t : names) slots_.erase(t), evicted_.erase(t);
+  for (const auto& t : names) {
+    drop(t);
+    evicted_.erase(t);
+    // Its eviction file, under whichever uid held it (a restart forgets which): the name's next
+    // owner starts with no slot, and its last owner too if it claims the name again.
+    std::error_code ec;
+    for (const auto& owner : std::filesystem::directory_iterator(std::filesystem::path(config_.state_dir) / "tenants", ec)) {
+      const auto uid = owner.path().filename().string();
+      if (uid.empty() || uid.size() > 10 || uid.find_first_not_of("0123456789") != std::string::npos) continue;
+      remove_eviction_file(static_cast<std::uint32_t>(std::stoull(uid)), t);
+    }
+  }
   if (!names.empty()) ::malloc_trim(0);  // as after eviction: give the freed heads back to the system
 }
 
@@ -203,22 +284,27 @@ void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
     auto it = slots_.find(tenant);
     if (it == slots_.end()) continue;
     const auto uid = it->second.uid;
-    std::filesystem::path path;
-    try {
-      path = tenant_dir(uid, tenant) / "evicted";
-      it->second.trainer->save(path.string(), {{"tenant", tenant}, {"uid", uid}, {"views", it->second.views}});
-    } catch (const std::exception& ex) {  // kept resident: memory is cheaper than a lost slot
-      log_text(LogLevel::Error, "slot_evict_failed", "tenant=" + tenant + " reason=\"" + ex.what() + "\"");
-      continue;
-    }
-    slots_.erase(it);
+    if (!write_eviction_file(tenant, it->second)) continue;  // kept resident: memory is cheaper than a lost slot
+    drop(tenant);
     evicted_[tenant] = uid;
     ++evicted;
-    log_text(LogLevel::Info, "slot_evicted", "tenant=" + tenant + " path=" + path.string());
+    log_text(LogLevel::Info, "slot_evicted", "tenant=" + tenant);
   }
   // glibc keeps freed memory in the arena of the thread that freed it (the soak measured 3.9x the
   // idle daemon's RSS after every slot was evicted); trimming returns what eviction freed.
   if (evicted > 0) ::malloc_trim(0);
+}
+
+std::size_t SlotRegistry::checkpoint_all() {
+  std::size_t written = 0;
+  for (auto& [tenant, e] : slots_) {
+    if (!e.dirty()) continue;
+    if (write_eviction_file(tenant, e)) {
+      ++written;
+      log_text(LogLevel::Info, "slot_checkpointed", "tenant=" + tenant + " step=" + std::to_string(e.trainer->steps()));
+    }
+  }
+  return written;
 }
 
 }  // namespace nexus::model::detail

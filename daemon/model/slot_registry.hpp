@@ -1,10 +1,15 @@
 // The tenants' slots: register, load, save, publish, digest; which published versions are kept
-// (the last K plus every pinned one: an evicted version answers UnknownVersion); and eviction
-// of detached tenants' slots after an idle time, checkpointed under
-// <state_dir>/evicted/<tenant> and restored when the tenant's next request needs the slot.
+// (the last K plus every pinned one: an evicted version answers UnknownVersion); eviction of
+// detached tenants' slots after an idle time; and the checkpoint of every changed slot when
+// nexusd stops. Both go to <state_dir>/tenants/<uid>/<tenant>/evicted, from where a slot comes
+// back when its tenant's next request needs it: after a restart too, once the tenant attached
+// again as the same Unix user (a stop loses no finished step).
 //
-// Thread safety: slot operations on the executor thread only; pin/unpin and attached/detached
-// from any thread (they take the registry's own lock).
+// Bounds per Unix user (UserQuotas, shared by the replicas): resident slots, checkpoint tags and
+// their bytes. QuotaExceeded (Fault::OverQuota) beyond.
+//
+// Thread safety: slot operations on the executor thread only (checkpoint_all after it stopped);
+// pin/unpin and attached/detached from any thread (they take the registry's own lock).
 #pragma once
 #include <chrono>
 #include <filesystem>
@@ -16,6 +21,7 @@
 
 #include "daemon/model/model_service.hpp"
 #include "daemon/model/tenant_slot.hpp"
+#include "daemon/model/user_quotas.hpp"
 
 namespace nexus::model::detail {
 
@@ -23,16 +29,21 @@ struct SlotEntry {
   std::unique_ptr<TenantSlot> trainer;
   std::int64_t views = 1;
   std::uint32_t uid = 0;  // the owner, whose directory its checkpoints and eviction file live in
+  // What its eviction file holds (steps, newest version); -1: nothing (a fresh registration).
+  std::int64_t saved_steps = -1;
+  std::uint64_t saved_version = 0;
+  bool dirty() const { return trainer->steps() != saved_steps || trainer->latest_version() != saved_version; }
 };
 
 class SlotRegistry {
  public:
   // Slots it makes or loads live on `device` (its replica's).
-  SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device);
+  SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device, UserQuotas& quotas);
 
-  // The tenant's slot, restored from its eviction checkpoint if it was evicted; nullptr if it
-  // never registered (or the restore failed: logged, and the tenant must register again).
-  SlotEntry* find(const std::string& tenant);
+  // The tenant's slot, restored from its eviction file if it is not resident (evicted idle, or
+  // checkpointed at a stop) and its owner's file exists; nullptr if it has none (never registered,
+  // or a restore failed: logged). `refused` (optional) says why when a bound stopped a restore.
+  SlotEntry* find(const std::string& tenant, std::string* refused = nullptr);
 
   // uid: the tenant's owner (its files live in a directory of that uid's, 0700; files 0600).
   Result register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& r);
@@ -50,14 +61,17 @@ class SlotRegistry {
   // Kept published while the tenant's name is bound, whatever versions_kept says, without
   // holding the slot resident (an RL job's starting policy). Not persisted across a restart.
   void keep(const std::string& tenant, std::uint64_t version);
-  void attached(const std::string& tenant);
+  void attached(const std::string& tenant, std::uint32_t uid);
   void detached(const std::string& tenant);
-  // The tenant's name was released (it may go to another uid): its slot and eviction record
-  // are forgotten before the executor's next turn (its owner's files stay where they are).
+  // The tenant's name was released (it may go to another uid): its slot and eviction file are
+  // forgotten before the executor's next turn (its owner's checkpoints stay where they are).
   void released(const std::string& tenant);
   void apply_releases();  // executor thread
   // Checkpoints and frees the slots of tenants detached for longer than the idle time.
   void evict_idle(std::chrono::steady_clock::time_point now);
+  // nexusd is stopping (the executor has stopped): writes every resident slot that changed since
+  // its eviction file was written; returns how many it wrote.
+  std::size_t checkpoint_all();
 
   std::size_t resident() const { return slots_.size(); }
   std::size_t evicted() const { return evicted_.size(); }
@@ -66,17 +80,24 @@ class SlotRegistry {
   // <state_dir>/tenants/<uid>/<tenant>: created private (ensure_private_dir) on first use.
   std::filesystem::path tenant_dir(std::uint32_t uid, const std::string& tenant) const;
   void retain(const std::string& tenant, TenantSlot& slot);  // after a publish
+  // Makes `entry` the tenant's resident slot, charging its owner a slot unless it replaces one.
+  std::optional<Failure> place(const std::string& tenant, SlotEntry entry);
+  void drop(const std::string& tenant);  // frees the resident slot (and its owner's charge)
+  bool write_eviction_file(const std::string& tenant, SlotEntry& e);  // false: logged
+  void remove_eviction_file(std::uint32_t uid, const std::string& tenant);
 
   const ModelConfig config_;
   const BackboneConfig backbone_;
   const torch::Device device_;
-  std::map<std::string, SlotEntry> slots_;  // executor thread only
-  std::map<std::string, std::uint32_t> evicted_;  // executor thread only: checkpointed (owner uid), not resident
+  UserQuotas& quotas_;
+  std::map<std::string, SlotEntry> slots_;        // executor thread only
+  std::map<std::string, std::uint32_t> evicted_;  // executor thread only: evicted idle (owner uid), not resident
 
   std::mutex mu_;
   std::map<std::string, std::map<std::uint64_t, int>> pins_;                // GUARDED_BY(mu_)
   std::map<std::string, std::set<std::uint64_t>> kept_;                     // GUARDED_BY(mu_)
   std::map<std::string, std::chrono::steady_clock::time_point> detached_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::uint32_t> owners_;                             // GUARDED_BY(mu_): attached as, by uid
   std::set<std::string> released_;                                          // GUARDED_BY(mu_)
 };
 

@@ -206,6 +206,13 @@ TenantSlot::Digest TenantSlot::digest() const {
   return d;
 }
 
+std::uint64_t TenantSlot::checkpoint_bytes() const {
+  std::uint64_t params = 0;
+  for (const auto& p : head_->parameters()) params += p.nbytes();
+  // The live head, its two AdamW moments, each version kept; and the RNG state and the manifests.
+  return params * (3 + versions_.size()) + static_cast<std::uint64_t>(rng_.get_state().nbytes()) + 16384;
+}
+
 void TenantSlot::save(const std::string& path, const nlohmann::json& extra) const {
   SafeTensorsFile f;
   auto params = head_->named_parameters();

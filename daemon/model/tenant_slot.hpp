@@ -80,6 +80,9 @@ class TenantSlot {
   // not be carried over, so the loaded slot's stream is reseeded from the saved state's bytes.
   void save(const std::string& path, const nlohmann::json& extra = {}) const;
   struct Loaded;
+  // About how many bytes save() writes (parameters, AdamW moments, published versions): what a
+  // checkpoint is charged before it is written.
+  std::uint64_t checkpoint_bytes() const;
   static Loaded load(const std::string& path, std::int64_t feature_dim, torch::Device device = torch::kCPU);
 
   // FNV-1a fingerprints of everything a checkpoint holds: `parameters` covers the live head and

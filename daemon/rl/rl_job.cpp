@@ -71,8 +71,6 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
 }
 
 void RlJob::supervise(const RlSupervision& s) {
-  throw_once_ = s.inject_rollout_throw;
-  hang_once_ = s.inject_rollout_hang;
   health_ = s.health;
   if (!health_) return;
   // A restart hands the loop to a new thread of the role's new generation; the old thread, if it

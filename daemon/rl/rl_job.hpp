@@ -107,8 +107,6 @@ struct RlSupervision {
   daemon::HealthManager* health = nullptr;  // none: a loop's first failure fails the job
   std::string name = "rl";
   std::chrono::milliseconds heartbeat{60000};
-  bool inject_rollout_throw = false;  // tests: the rollout loop throws once, a few steps in
-  bool inject_rollout_hang = false;   // tests: ... or hangs once, until it is taken over
 };
 
 class RlJob {
@@ -158,7 +156,6 @@ class RlJob {
 
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> next_seed_;  // episode seeds; a restarted rollout loop goes on from here
-  std::atomic<bool> throw_once_{false}, hang_once_{false};
   daemon::HealthManager* health_ = nullptr;
   std::shared_ptr<daemon::Role> rollout_role_, update_role_;
   mutable std::mutex mu_;

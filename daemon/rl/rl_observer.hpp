@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "daemon/fault/fault_plan.hpp"
 #include "daemon/model/backbone.hpp"
 #include "daemon/rl/rl_job.hpp"
 
@@ -34,7 +35,7 @@ struct RlJob::Observer {
     auto img = torch::empty({m, 1, images.size(2), images.size(3), 3}, torch::kUInt8);
     auto st = torch::empty({m, state.size(1)});
     std::vector<env::SessionResult> out;
-    if (seeds.empty() && (job.throw_once_ || job.hang_once_) && job.progress().env_steps >= 3 * job.sessions_.size())
+    if (seeds.empty() && daemon::fault::armed() && job.progress().env_steps >= 3 * job.sessions_.size())
       inject_faults();
     still_current();
     if (!seeds.empty()) {
@@ -87,9 +88,12 @@ struct RlJob::Observer {
     if (job.rollout_role_ && !job.rollout_role_->current(generation)) throw Superseded{};
   }
 
+  // A test's fault plan (daemon/fault/fault_plan.hpp): a throw, or a hang like a stuck simulator
+  // call, until the loop is taken over.
   void inject_faults() const {
-    if (job.throw_once_.exchange(false)) throw std::runtime_error("injected fault: an RL rollout loop threw");
-    if (job.hang_once_.exchange(false))  // hangs like a stuck simulator call, until taken over
+    const auto action = daemon::fault::at(daemon::fault::Point::RlRollout);
+    if (action == daemon::fault::Action::Throw) throw std::runtime_error("injected fault: an RL rollout loop threw");
+    if (action == daemon::fault::Action::Hang)
       while (!job.stop_ && (!job.rollout_role_ || job.rollout_role_->current(generation)))
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

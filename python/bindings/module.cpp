@@ -32,7 +32,7 @@ void translate_errors() {
 
 py::dict error_codes() {
   py::dict codes;
-  for (int c = 1; c <= static_cast<int>(ErrorCode::UnknownRegion); ++c)
+  for (int c = 1; c <= static_cast<int>(ErrorCode::LimitExceeded); ++c)
     codes[error_code_name(static_cast<ErrorCode>(c))] = c;
   for (auto c : {ErrorCode::ArenaFull, ErrorCode::ConnectFailed})
     codes[error_code_name(c)] = static_cast<int>(c);

@@ -35,6 +35,7 @@ _CODES = [
     ("BadBatch", 19, ValueError), ("UnknownVersion", 20, None), ("UnknownSession", 21, None),
     ("EnvFailed", 22, None), ("JobFailed", 23, None), ("BadDataset", 24, None), ("OverBudget", 25, None),
     ("QuotaExceeded", 26, None), ("UnknownJob", 27, None), ("Cancelled", 28, None), ("UnknownRegion", 29, None),
+    ("LimitExceeded", 30, None),
     ("ArenaFull", 1000, MemoryError), ("ConnectFailed", 1001, ConnectionError),
 ]
 

@@ -144,7 +144,8 @@ std::string last_line(const std::string& path) {
   return last;
 }
 
-Daemon::Daemon(std::vector<std::string> extra, const std::string& nexusd) {
+Daemon::Daemon(std::vector<std::string> extra, const std::string& nexusd,
+               std::vector<std::pair<std::string, std::string>> env) {
   socket_ = dir_.path + "/nexusd.sock";
   log_ = dir_.path + "/nexusd.log";
   std::vector<std::string> argv = {nexusd, "--socket", socket_};
@@ -157,7 +158,7 @@ Daemon::Daemon(std::vector<std::string> extra, const std::string& nexusd) {
   // still each bound to one uid), unless the test asks for the default 0660 and a group.
   if (std::find(extra.begin(), extra.end(), "--socket-mode") == extra.end())
     argv.insert(argv.end(), {"--socket-mode", "666"});
-  pid_ = spawn(argv, {.stdout_path = log_, .stderr_path = log_});
+  pid_ = spawn(argv, {.stdout_path = log_, .stderr_path = log_, .env = std::move(env)});
   // Generous: a release nexusd loads LibTorch and the backbone first, beside CI's other tests.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -179,6 +180,14 @@ Daemon::~Daemon() {
     ::kill(pid_, SIGKILL);
     wait_exit(pid_, std::chrono::seconds(5));
   }
+}
+
+std::optional<int> Daemon::stop(std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return std::nullopt;
+  ::kill(pid_, SIGTERM);
+  const auto status = wait_exit(pid_, timeout);
+  if (status) pid_ = -1;
+  return status;
 }
 
 void Daemon::kill9() {
@@ -223,6 +232,13 @@ double process_cpu_seconds(pid_t pid) {
   for (int i = 3; i <= 15 && fields >> field; ++i)
     if (i >= 14) ticks += std::stoull(field);
   return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+long process_status_field(pid_t pid, const std::string& field) {
+  std::istringstream in(read_file("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
+  return -1;
 }
 
 std::size_t count_epoll_registrations(pid_t pid) {

@@ -51,7 +51,9 @@ std::string last_line(const std::string& path);
 // nexusd on a private socket in its own temp dir. Stops it (SIGTERM, then SIGKILL) on scope exit.
 class Daemon {
  public:
-  explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& nexusd = nexusd_path());
+  // `env`: set in nexusd's environment (NOTIFY_SOCKET and WATCHDOG_USEC, say).
+  explicit Daemon(std::vector<std::string> extra_args = {}, const std::string& nexusd = nexusd_path(),
+                  std::vector<std::pair<std::string, std::string>> env = {});
   ~Daemon();
   Daemon(const Daemon&) = delete;
 
@@ -59,6 +61,8 @@ class Daemon {
   pid_t pid() const { return pid_; }
   const std::string& log_path() const { return log_; }
   void kill9();
+  // SIGTERM, and its exit status (nullopt if it did not exit within the timeout).
+  std::optional<int> stop(std::chrono::milliseconds timeout = std::chrono::seconds(60));
   // Waits until `n` tenants are attached; false at the deadline.
   bool wait_tenants(std::size_t n, std::chrono::milliseconds timeout) const;
 
@@ -74,6 +78,8 @@ std::size_t count_fds(pid_t pid, const std::string& needle = "");
 std::size_t count_mappings(pid_t pid, const std::string& needle);
 // CPU seconds (user + system) a live process has used so far: /proc/PID/stat fields 14 and 15.
 double process_cpu_seconds(pid_t pid);
+// A field of /proc/PID/status in kB or as a count (VmHWM, VmRSS, Threads); -1 if absent.
+long process_status_field(pid_t pid, const std::string& field);
 // Registrations in the process's epoll sets (the "tfd:" lines of their /proc fdinfo).
 std::size_t count_epoll_registrations(pid_t pid);
 

@@ -215,7 +215,7 @@ TEST_CASE("a mask naming a demo the file lacks, or keys it lacks, are refused by
   H5Pclose(dcpl);
   H5Sclose(space);
   H5Fclose(file);
-  CHECK_THAT(error_of([&] { read_demo_file(path); }), Catch::Contains("/mask/valid: the file's arrays need more than"));
+  CHECK_THAT(error_of([&] { read_demo_file(path); }), Catch::Contains("/mask/valid: reading the file would take more than"));
 }
 
 TEST_CASE("normalisation: mean and std over the training demos, constant columns only centred", "[datasets]") {

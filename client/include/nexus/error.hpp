@@ -38,6 +38,7 @@ enum class ErrorCode : std::uint16_t {
   UnknownJob,      // a job id that is not yours
   Cancelled,       // the work was cancelled before it finished
   UnknownRegion,   // a region id this tenant has not registered (or has unregistered)
+  LimitExceeded,   // a count bound is reached (jobs queued or running, per tenant or in all)
   // Client-side codes, never on the wire:
   ArenaFull = 1000,      // the client arena has no room for the tensor
   ConnectFailed = 1001,  // nothing listens on the socket path

@@ -37,6 +37,16 @@ struct ReplicaStatus {  // one backbone replica ([model] devices)
   std::uint64_t groups = 0, samples = 0;
 };
 
+// One Unix user's use of what nexusd keeps per user, each against its bound ([daemon] and [model]
+// max_*_per_uid).
+struct UserUsage {
+  std::uint32_t uid = 0;
+  std::uint64_t names = 0, names_max = 0;              // tenant names bound to the user
+  std::uint64_t slots = 0, slots_max = 0;              // its tenants' slots resident in memory
+  std::uint64_t checkpoints = 0, checkpoints_max = 0;  // checkpoint tags
+  std::uint64_t checkpoint_bytes = 0, checkpoint_bytes_max = 0;
+};
+
 struct DaemonStatus {
   std::string daemon_version;
   std::uint32_t protocol_version = 0;
@@ -59,6 +69,7 @@ struct DaemonStatus {
   double longest_training_turn_s = 0;  // what an inference request may wait behind, at most
   std::uint64_t health_restarts = 0;    // roles the daemon's Health Manager restarted
   std::vector<std::string> health;      // which, how often, the last reason
+  std::vector<UserUsage> users;         // every Unix user with names, slots or checkpoints
 };
 
 // Throws nexus::Error (ConnectFailed, DaemonGone, Timeout, UnsupportedVersion, BadMessage).
@@ -71,6 +82,10 @@ std::string query_metrics(const std::string& socket_path, std::chrono::milliseco
 // attached as it). Throws PermissionDenied or AlreadyAttached.
 void release_tenant(const std::string& socket_path, const std::string& tenant,
                     std::chrono::milliseconds timeout = std::chrono::seconds(5));
+// Stops nexusd cleanly (you must be root or nexusd's user): passes in progress finish, every
+// changed slot is checkpointed, nexusd exits. Returns the tenants attached when it began.
+// Throws PermissionDenied.
+std::uint32_t drain_daemon(const std::string& socket_path, std::chrono::milliseconds timeout = std::chrono::seconds(5));
 // Cancels a job (you must be root or the job's owner); its state after. Throws UnknownJob.
 std::string cancel_job(const std::string& socket_path, std::uint64_t job,
                        std::chrono::milliseconds timeout = std::chrono::seconds(5));

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "schema/names.hpp"
 #include "schema/protocol.hpp"
 
 namespace nexus::daemon {
@@ -17,13 +18,10 @@ DecodeError error(std::uint64_t id, wire::ErrorCode code, std::string reason) {
   return DecodeError{id, code, std::move(reason)};
 }
 
-// Checkpoint tags and dataset names: labels, never paths.
-bool label(const flatbuffers::String* s) {
-  const std::string_view t = s ? s->string_view() : std::string_view{};
-  return !t.empty() && t.size() <= 64 && t.find("..") == std::string_view::npos &&
-         t.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
-             std::string_view::npos;
-}
+// Checkpoint tags and dataset names: names (schema/names.hpp), never paths.
+bool label(const flatbuffers::String* s) { return s && schema::valid_name(s->string_view()); }
+
+std::string name_rule(const char* what) { return std::string(what) + " are " + schema::kNameRule; }
 
 // Dataset keys (views, state): at most 16 names, each present and 1-255 bytes; the reader
 // checks them against the file.
@@ -107,7 +105,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       const auto* spec = msg->body_as_JobStartRequest()->spec();
       if (spec == nullptr || spec->kind() == nullptr)
         return error(id, wire::ErrorCode::BadMessage, "JobStartRequest needs a spec with a kind");
-      if (spec->dataset() && spec->dataset()->size() > 64) return error(id, wire::ErrorCode::BadMessage, "dataset name too long");
+      if (spec->dataset() && !label(spec->dataset())) return error(id, wire::ErrorCode::BadMessage, name_rule("dataset names"));
       if (spec->task() && spec->task()->size() > 256) return error(id, wire::ErrorCode::BadMessage, "task name too long");
       return req;
     }
@@ -118,6 +116,8 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
     case wire::Body::RlStartRequest:
       if (msg->body_as_RlStartRequest()->task() == nullptr || msg->body_as_RlStartRequest()->algorithm() == nullptr)
         return error(id, wire::ErrorCode::BadMessage, "RlStartRequest needs an algorithm and a task");
+      if (msg->body_as_RlStartRequest()->demo_dataset() && !label(msg->body_as_RlStartRequest()->demo_dataset()))
+        return error(id, wire::ErrorCode::BadMessage, name_rule("dataset names"));
       return req;
     case wire::Body::EnvStepRequest: {
       // Observations are written into the tenant's arena: both tensors must lie inside it.
@@ -143,7 +143,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
         case wire::Body::DatasetLoadRequest: tag = msg->body_as_DatasetLoadRequest()->name(); break;
         default: tag = msg->body_as_DatasetSftStepRequest()->name(); break;
       }
-      if (!label(tag)) return error(id, wire::ErrorCode::BadMessage, "checkpoint tags and dataset names are 1-64 of [A-Za-z0-9._-]");
+      if (!label(tag)) return error(id, wire::ErrorCode::BadMessage, name_rule("checkpoint tags and dataset names"));
       if (msg->body_type() == wire::Body::DatasetLoadRequest) {
         const auto* q = msg->body_as_DatasetLoadRequest();
         if (!key_list(q->views()) || !key_list(q->state_keys()))
@@ -173,7 +173,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       if (obs == nullptr) return error(id, wire::ErrorCode::BadMessage, "request without an observation");
       if (!sft && !features && msg->body_as_PredictRequest()->dataset() &&
           !label(msg->body_as_PredictRequest()->dataset()))
-        return error(id, wire::ErrorCode::BadMessage, "dataset names are 1-64 of [A-Za-z0-9._-]");
+        return error(id, wire::ErrorCode::BadMessage, name_rule("dataset names"));
       // Every tensor named must lie inside the arena (or, for a region, be well formed: its
       // bounds are checked where it is routed); shapes are the model service's to judge.
       const wire::TensorRef* extra = sft ? msg->body_as_SftStepRequest()->actions()
@@ -219,16 +219,17 @@ std::variant<ControlRequest, DecodeError> decode_control(std::span<const std::ui
   if (type == wire::ControlBody::MetricsRequest) version = msg->body_as_MetricsRequest()->protocol_version();
   if (type == wire::ControlBody::CancelJobRequest) version = msg->body_as_CancelJobRequest()->protocol_version();
   if (type == wire::ControlBody::ReleaseTenantRequest) version = msg->body_as_ReleaseTenantRequest()->protocol_version();
+  if (type == wire::ControlBody::DrainRequest) version = msg->body_as_DrainRequest()->protocol_version();
   if (version != schema::kProtocolVersion)
     return error(0, wire::ErrorCode::UnsupportedVersion,
                  "protocol version " + std::to_string(version) + ", daemon speaks " +
                      std::to_string(schema::kProtocolVersion));
   if (type != wire::ControlBody::AttachRequest && type != wire::ControlBody::StatusRequest &&
       type != wire::ControlBody::MetricsRequest && type != wire::ControlBody::CancelJobRequest &&
-      type != wire::ControlBody::ReleaseTenantRequest)
+      type != wire::ControlBody::ReleaseTenantRequest && type != wire::ControlBody::DrainRequest)
     return error(0, wire::ErrorCode::WrongMessageType,
-                 "the control socket accepts AttachRequest, StatusRequest, MetricsRequest, CancelJobRequest and "
-                 "ReleaseTenantRequest");
+                 "the control socket accepts AttachRequest, StatusRequest, MetricsRequest, CancelJobRequest, "
+                 "ReleaseTenantRequest and DrainRequest");
   return ControlRequest{type, msg};
 }
 
