@@ -77,6 +77,29 @@ bool send_frame(int socket, std::span<const std::uint8_t> payload, std::span<con
   return true;
 }
 
+long recv_with_fds(int socket, std::span<std::uint8_t> buffer, int flags, std::vector<int>& fds, bool* truncated) {
+  iovec iov{buffer.data(), buffer.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  const ssize_t n = ::recvmsg(socket, &msg, flags | MSG_CMSG_CLOEXEC);
+  if (n < 0) return n;
+  if (truncated && (msg.msg_flags & MSG_CTRUNC)) *truncated = true;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (std::size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      fds.push_back(fd);
+    }
+  }
+  return n;
+}
+
 RecvStatus recv_frame(int socket, std::chrono::milliseconds timeout,
                       std::vector<std::uint8_t>& payload, std::vector<int>& fds) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -85,27 +108,9 @@ RecvStatus recv_frame(int socket, std::chrono::milliseconds timeout,
   bool malformed = false;
   while (got < sizeof header) {
     if (!wait_readable(socket, deadline)) return RecvStatus::TimedOut;
-    iovec iov{header + got, sizeof header - got};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFds)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+    const long n = recv_with_fds(socket, {header + got, sizeof header - got}, 0, fds, &malformed);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) return RecvStatus::Closed;
-    if (msg.msg_flags & MSG_CTRUNC) malformed = true;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (std::size_t i = 0; i < count; ++i) {
-          int fd;
-          std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-          fds.push_back(fd);
-        }
-      }
-    }
     got += static_cast<std::size_t>(n);
   }
   std::uint32_t len;

@@ -20,6 +20,13 @@ enum class RecvStatus { Ok, Closed, TimedOut, Malformed };
 RecvStatus recv_frame(int socket, std::chrono::milliseconds timeout,
                       std::vector<std::uint8_t>& payload, std::vector<int>& fds);
 
+// One recvmsg(2) into `buffer` (flags as for recvmsg; MSG_CMSG_CLOEXEC is added): the
+// descriptors that came with it (SCM_RIGHTS, up to 8 per call) are appended to `fds`, and
+// `truncated` is set when the kernel dropped some (MSG_CTRUNC). Returns what recvmsg returned.
+// Every receiver of passed descriptors uses it: the client's frames, the reactor's offered
+// dataset files, the sandboxed dataset reader's result.
+long recv_with_fds(int socket, std::span<std::uint8_t> buffer, int flags, std::vector<int>& fds, bool* truncated = nullptr);
+
 // Non-blocking accumulation for the daemon's reactor: feed() reads what the socket has and
 // returns complete frames one at a time. Fds sent by the peer are never accepted (plain recv
 // without a control buffer makes the kernel discard them).

@@ -22,6 +22,7 @@ packages=(
   passwd procps util-linux                     # useradd/runuser for the access tests; pgrep
   tmux                                         # nexusctl top is tested in a real 80x24 terminal
   systemd                                      # systemd-analyze verify, systemd-socket-activate (tests)
+  init-system-helpers                          # deb-systemd-helper: the package lifecycle test
 )
 missing=()
 for p in "${packages[@]}"; do

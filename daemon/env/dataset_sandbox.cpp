@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "datasets/demo_transfer.hpp"
+#include "schema/control_frame.hpp"
 
 extern char** environ;
 
@@ -149,23 +150,13 @@ datasets::DemoFile parse_dataset(const DatasetReader& reader, int fd, const std:
       throw DatasetError(name + ": the dataset reader took longer than " + std::to_string(reader.timeout.count()) +
                          " ms ([env] dataset_parse_timeout_ms) and was stopped");
     }
-    iovec iov{reply.data(), reply.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    got = ::recvmsg(ours.fd, &msg, MSG_CMSG_CLOEXEC);
+    std::vector<int> fds;
+    got = schema::recv_with_fds(ours.fd, {reinterpret_cast<std::uint8_t*>(reply.data()), reply.size()}, 0, fds);
     if (got < 0 && errno == EINTR) continue;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-        for (std::size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
-          int received;
-          std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof received);
-          if (result.fd < 0) result.fd = received;
-          else ::close(received);
-        }
+    for (int received : fds) {  // the first is the result; any other is closed
+      if (result.fd < 0) result.fd = received;
+      else ::close(received);
+    }
     break;
   }
   const int status = reap(pid, std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5)));

@@ -20,7 +20,7 @@ const std::map<std::string, std::pair<Point, Action>>& by_name() {
 
 void Plan::add(Point point, Action action, int times) {
   std::lock_guard lk(mu_);
-  entries_[static_cast<int>(point)] = {action, times};
+  for (int i = 0; i < times; ++i) queued_[static_cast<int>(point)].push_back(action);
 }
 
 bool Plan::add(const std::string& name) {
@@ -41,10 +41,11 @@ const std::vector<std::string>& Plan::names() {
 
 Action Plan::take(Point point) {
   std::lock_guard lk(mu_);
-  auto& e = entries_[static_cast<int>(point)];
-  if (e.times <= 0) return Action::None;
-  --e.times;
-  return e.action;
+  auto& q = queued_[static_cast<int>(point)];
+  if (q.empty()) return Action::None;
+  const Action a = q.front();
+  q.pop_front();
+  return a;
 }
 
 void install(std::unique_ptr<Plan> plan) {

@@ -11,6 +11,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -31,6 +32,8 @@ enum class Action : std::uint8_t { None, Throw, Hang };
 
 class Plan {
  public:
+  // Queues `action` at `point`, `times` times, after what is queued there already: the point's
+  // next calls answer them in order (a loop that throws, then its successor that hangs).
   void add(Point point, Action action, int times = 1);
   // Parses a --inject-fault name (env-worker-throw, job-hang, rl-rollout-throw, rl-rollout-hang,
   // executor-throw); false if there is no such fault.
@@ -41,11 +44,7 @@ class Plan {
 
  private:
   std::mutex mu_;
-  struct Entry {
-    Action action = Action::None;
-    int times = 0;
-  };
-  Entry entries_[static_cast<int>(Point::kCount)];  // GUARDED_BY(mu_)
+  std::deque<Action> queued_[static_cast<int>(Point::kCount)];  // GUARDED_BY(mu_)
 };
 
 namespace detail {

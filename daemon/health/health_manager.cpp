@@ -129,7 +129,11 @@ void HealthManager::run() {
       calling_ = r.get();
       lk.unlock();
       log_text(LogLevel::Warn, "role_restart", "role=" + r->name_ + " reason=\"" + why + "\"");
-      r->restart_();
+      try {
+        r->restart_();
+      } catch (const std::exception& e) {  // no thread to be had, say: a failure of the role, backed off again
+        r->failed(std::string("restart failed: ") + e.what());
+      }
       lk.lock();
       calling_ = nullptr;
       cv_.notify_all();
@@ -139,7 +143,11 @@ void HealthManager::run() {
       calling_ = r.get();
       lk.unlock();
       log_text(LogLevel::Error, "role_failed", "role=" + r->name_ + " reason=\"" + why + "\"");
-      if (r->give_up_) r->give_up_(why);
+      try {
+        if (r->give_up_) r->give_up_(why);
+      } catch (const std::exception& e) {
+        log_text(LogLevel::Error, "role_give_up_failed", "role=" + r->name_ + " reason=\"" + e.what() + "\"");
+      }
       lk.lock();
       calling_ = nullptr;
       cv_.notify_all();

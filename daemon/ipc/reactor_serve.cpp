@@ -8,6 +8,7 @@
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
 #include "daemon/ipc/service_port.hpp"
+#include "schema/control_frame.hpp"
 #include "schema/doorbell.hpp"
 #include "schema/protocol.hpp"
 
@@ -200,29 +201,17 @@ bool Reactor::collect_offered_fds(TenantSession& s) {
   // reactor in this loop (it never sees EAGAIN) and stall every other tenant. What is left
   // keeps the socket readable, so it is read at the next turn.
   for (int reads = 0; reads < kReadsPerEvent; ++reads) {
-    char bytes[4096];
-    iovec iov{bytes, sizeof bytes};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t got = ::recvmsg(s.socket, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    std::uint8_t bytes[4096];
+    std::vector<int> fds;
+    const long got = schema::recv_with_fds(s.socket, bytes, MSG_DONTWAIT, fds);
+    for (int fd : fds) {
+      if (s.offered_fds.size() < TenantSession::kMaxOfferedFds)
+        s.offered_fds.push_back(fd);
+      else
+        ::close(fd);  // a tenant cannot make us hold descriptors without bound
+    }
     if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
     if (got == 0) return false;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (std::size_t i = 0; i < count; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        if (s.offered_fds.size() < TenantSession::kMaxOfferedFds)
-          s.offered_fds.push_back(fd);
-        else
-          ::close(fd);  // a tenant cannot make us hold descriptors without bound
-      }
-    }
   }
   return true;
 }

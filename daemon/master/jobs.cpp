@@ -44,11 +44,6 @@ std::optional<JobRefused> JobRegistry::over_bounds(const std::string& tenant) co
   return std::nullopt;
 }
 
-bool JobRegistry::fits(const Job& job) const {
-  const int mine = running_of_.count(job.info.tenant) ? running_of_.at(job.info.tenant) : 0;
-  return running_ < limits_.max_running && mine < limits_.max_running_per_tenant;
-}
-
 // A job's places: active (queued or running) from its start, running from its admission.
 void JobRegistry::ended(Job& j) {
   if (j.exited) return;
@@ -63,30 +58,35 @@ void JobRegistry::ended(Job& j) {
   cv_.notify_all();
 }
 
+// Takes what it admits or drops out of the queue first, then starts or ends them: starting one
+// may end it (no thread), and ending one admits again, which must not find the queue mid-walk.
 void JobRegistry::admit_waiting() {
-  std::vector<Job*> cancelled;
+  std::vector<Job*> cancelled, admitted;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     Job& j = **it;
+    const auto& t = j.info.tenant;
+    const int mine = running_of_.count(t) ? running_of_.at(t) : 0;
     if (j.cancelled || stop_) {
       cancelled.push_back(&j);
       it = waiting_.erase(it);
-    } else if (fits(j)) {
+    } else if (running_ < limits_.max_running && mine < limits_.max_running_per_tenant) {
+      j.admitted = true;  // its running place, taken now: the walk counts it
+      ++running_;
+      ++running_of_[t];
+      admitted.push_back(&j);
       it = waiting_.erase(it);
-      start_running(j);  // may fail and end the job: it is out of waiting_ already
     } else {
       ++it;
     }
   }
+  for (Job* j : admitted) start_running(*j);
   for (Job* j : cancelled) {
     finish(*j, "cancelled", "");
-    ended(*j);  // frees no running place: admits nothing new
+    ended(*j);
   }
 }
 
 void JobRegistry::start_running(Job& j) {
-  j.admitted = true;
-  ++running_;
-  ++running_of_[j.info.tenant];
   {
     std::lock_guard jl(j.mu);
     j.info.state = "running";

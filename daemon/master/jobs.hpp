@@ -89,8 +89,7 @@ class JobRegistry {
   std::optional<JobRefused> over_bounds(const std::string& tenant) const;  // holds mu_
   std::uint64_t add(std::unique_ptr<Job> job, std::uint64_t id = 0);  // holds mu_; id 0: the next
   void admit_waiting();                          // holds mu_: starts queued jobs that fit, in order
-  bool fits(const Job& job) const;               // holds mu_: a running place for it
-  void start_running(Job& job);                  // holds mu_: admitted; its role and first thread
+  void start_running(Job& job);                  // holds mu_: admitted (its place taken); its role and first thread
   bool launch(Job& job);                         // holds mu_: (re)starts its thread; false if none can start
   void ended(Job& job);                          // holds mu_: exited, its places freed
   void run_sft(Job& job, std::uint64_t generation);  // the job's thread; returns when superseded

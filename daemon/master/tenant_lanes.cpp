@@ -1,5 +1,7 @@
 #include "daemon/master/tenant_lanes.hpp"
 
+#include "daemon/log/log_text.hpp"
+
 namespace nexus::daemon {
 
 void TenantLanes::run(Lane& lane) {
@@ -10,7 +12,11 @@ void TenantLanes::run(Lane& lane) {
     auto task = std::move(lane.tasks.front());
     lane.tasks.pop_front();
     lk.unlock();
-    task();  // tasks answer their own errors; none may throw
+    try {
+      task();  // tasks answer their own errors
+    } catch (...) {  // one that does not is a bug: its request goes unanswered, the lane goes on
+      log_text(LogLevel::Error, "lane_task_failed", "reason=\"a task threw\"");
+    }
     lk.lock();
   }
   lane.tasks.clear();

@@ -171,6 +171,9 @@ void Replica::run(std::uint64_t generation) {
   } catch (const std::exception& e) {
     if (!role_) throw;  // no manager: nothing would restart it
     role_->failed(std::string("executor: ") + e.what(), generation);
+  } catch (...) {
+    if (!role_) throw;
+    role_->failed("executor: unknown exception", generation);
   }
 }
 

@@ -215,6 +215,8 @@ void RlJob::consume(std::uint64_t generation) {
     // stop() set the state; the update in progress was abandoned between minibatches
   } catch (const std::exception& e) {
     loop_failed(update_role_.get(), generation, std::string("update: ") + e.what());
+  } catch (...) {
+    loop_failed(update_role_.get(), generation, "update: unknown exception");
   }
 }
 

@@ -61,6 +61,8 @@ void RlJob::produce(std::uint64_t generation) {
   } catch (const Superseded&) {
   } catch (const std::exception& e) {
     loop_failed(rollout_role_.get(), generation, std::string("rollout: ") + e.what());
+  } catch (...) {
+    loop_failed(rollout_role_.get(), generation, "rollout: unknown exception");
   }
 }
 

@@ -56,6 +56,13 @@ void send_result(const nlohmann::json& result, int memfd = -1) {
   }
 }
 
+// Sends the result and ends the process with _exit, as every end inside the filter must (see
+// check_sandbox).
+[[noreturn]] void finish(const nlohmann::json& result, int memfd = -1) {
+  send_result(result, memfd);
+  ::_exit(0);
+}
+
 std::vector<std::string> strings(const nlohmann::json& j, const char* key) {
   std::vector<std::string> out;
   if (j.contains(key) && j[key].is_array())
@@ -86,7 +93,7 @@ int check_sandbox() {
               open_refused ? "true" : "false", create_refused ? "true" : "false", socket_refused ? "true" : "false",
               fork_refused ? "true" : "false", exec_refused ? "true" : "false");
   std::fflush(stdout);
-  return all ? 0 : 1;
+  ::_exit(all ? 0 : 1);  // nothing to clean up; and a sanitizer's exit-time checks would need what the filter refuses
 }
 
 }  // namespace
@@ -115,23 +122,22 @@ int main(int argc, char** argv) {
   nexus::datasets::detail::quiet_hdf5();
   H5open();
   const int memfd = ::memfd_create("nexus-dataset", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  if (memfd < 0) return send_result({{"error", std::string("memfd_create: ") + std::strerror(errno)}}), 0;
+  if (memfd < 0) finish({{"error", std::string("memfd_create: ") + std::strerror(errno)}});
   const auto error = nexus::datasets::sandbox::enter({memory, cpu, options.max_bytes + (1 << 20)});
-  if (!error.empty()) return send_result({{"error", "the reader's sandbox: " + error}}), 0;
+  if (!error.empty()) finish({{"error", "the reader's sandbox: " + error}});
   try {
     const auto file = nexus::datasets::read_demo_fd(kFileFd, name, options);
     nexus::datasets::write_demo_transfer(memfd, file);
   } catch (const nexus::datasets::DatasetTooLarge& e) {
-    return send_result({{"error", e.what()}, {"too_large", true}}), 0;
+    finish({{"error", e.what()}, {"too_large", true}});
   } catch (const DatasetError& e) {
-    return send_result({{"error", e.what()}}), 0;
+    finish({{"error", e.what()}});
   } catch (const std::bad_alloc&) {
-    return send_result({{"error", name + ": reading it took more memory than the reader may use"}, {"too_large", true}}), 0;
+    finish({{"error", name + ": reading it took more memory than the reader may use"}, {"too_large", true}});
   } catch (const std::exception& e) {
-    return send_result({{"error", name + ": " + e.what()}}), 0;
+    finish({{"error", name + ": " + e.what()}});
   }
   if (::fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
-    return send_result({{"error", std::string("sealing the result: ") + std::strerror(errno)}}), 0;
-  send_result({{"ok", true}}, memfd);
-  return 0;
+    finish({{"error", std::string("sealing the result: ") + std::strerror(errno)}});
+  finish({{"ok", true}}, memfd);
 }

@@ -68,7 +68,8 @@ std::vector<std::vector<std::uint8_t>> requests() {
   out.push_back(message(W::EnvOpenRequest, [](B& f) { return wire::CreateEnvOpenRequest(f, f.CreateString("reach")).Union(); }));
   out.push_back(message(W::EnvStepRequest, [](B& f) {
     return wire::CreateEnvStepRequest(f, f.CreateVector(std::vector<std::uint64_t>{1}), f.CreateVector(std::vector<float>{0, 0}),
-                                      ref(f, 0, wire::DType::UInt8, {1, 8, 8, 3}, 192), ref(f, 512, wire::DType::Float32, {1, 4}, 16)).Union();
+                                      0, ref(f, 0, wire::DType::UInt8, {1, 8, 8, 3}, 192),
+                                      ref(f, 512, wire::DType::Float32, {1, 4}, 16)).Union();
   }));
   out.push_back(message(W::EnvCloseRequest, [](B& f) { return wire::CreateEnvCloseRequest(f, f.CreateVector(std::vector<std::uint64_t>{1})).Union(); }));
   out.push_back(message(W::DatasetLoadRequest, [](B& f) { return wire::CreateDatasetLoadRequest(f, f.CreateString("demos")).Union(); }));

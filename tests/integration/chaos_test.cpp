@@ -114,7 +114,7 @@ pid_t start_tenant(const std::string& dir, int index) {
 }
 
 std::vector<std::string> daemon_args(const std::string& state) {
-  return {"--weights", tiny_weights_path(), "--log-level", "warn", "--state-dir", state, "--max-tenants", "64"};
+  return {"--weights", tiny_weights_path(), "--log-level", "info", "--state-dir", state, "--max-tenants", "64"};
 }
 
 }  // namespace
@@ -138,6 +138,12 @@ TEST_CASE("chaos: killed tenants, a daemon restart, a full disk and no descripto
   auto d = std::make_unique<Daemon>(daemon_args(state), nexusd);
   std::ofstream(dir.path + "/socket") << d->socket();
   std::vector<pid_t> tenants;
+  struct KillLeftovers {  // however the test ends, no tenant process outlives it
+    std::vector<pid_t>& pids;
+    ~KillLeftovers() {
+      for (auto p : pids) ::kill(p, SIGKILL), ::waitpid(p, nullptr, 0);
+    }
+  } kill_leftovers{tenants};
   std::vector<Shared*> shared;
   for (int i = 0; i < kTenants; ++i) {
     shared.push_back(map_shared(dir.path + "/tenant" + std::to_string(i)));
@@ -196,7 +202,9 @@ TEST_CASE("chaos: killed tenants, a daemon restart, a full disk and no descripto
   extra.clear();
 
   // nexusd stopped between steps and started again on the same state.
-  REQUIRE(d->stop() == 0);
+  const auto stopped = d->stop();
+  INFO(read_file(d->log_path()));
+  REQUIRE(stopped == 0);
   d = std::make_unique<Daemon>(daemon_args(state), nexusd);
   std::ofstream(dir.path + "/socket", std::ios::trunc) << d->socket();
   const auto after_restart = shared[3]->acked;
@@ -205,7 +213,11 @@ TEST_CASE("chaos: killed tenants, a daemon restart, a full disk and no descripto
   REQUIRE(progress(after_restart + 30));
 
   std::ofstream(dir.path + "/stop") << "stop";
-  for (auto p : tenants) CHECK(wait_exit(p, std::chrono::seconds(60)) == 0);
+  for (auto& p : tenants) {
+    CHECK(wait_exit(p, std::chrono::seconds(60)) == 0);
+    p = -1;
+  }
+  std::erase(tenants, -1);
   INFO(read_file(d->log_path()));
   for (int i = 0; i < kTenants; ++i) {
     std::fprintf(stderr, "[chaos] tenant %d: %lld steps acknowledged\n", i, static_cast<long long>(shared[i]->acked));

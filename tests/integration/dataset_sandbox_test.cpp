@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nexus/client.hpp"
+#include "nexus/status.hpp"
 #include "processes.hpp"
 #include "tenant_run.hpp"
 
@@ -93,4 +94,33 @@ TEST_CASE("a dataset parser that crashes or hangs fails that load alone", "[inte
       CHECK(eventually([&] { return count_fds(d.pid(), "socket") == sockets; }));  // nothing left open
     }
   }
+}
+
+// Files the dataset fuzzer made that break libhdf5 1.10.8 itself (tests/datasets/hostile/): one
+// loops forever on a corrupt global heap, one asks malloc for 7 TB, one makes it read past a
+// buffer (under AddressSanitizer a heap-buffer-overflow in H5MM_strdup). At c0d0e58 nexusd parsed
+// them in its own address space (the first held a tenant's lane and a core forever); now each is
+// a typed error for its tenant, and nexusd and its other tenants go on.
+TEST_CASE("files that break libhdf5 itself fail their load alone", "[integration][model][datasets][sandbox]") {
+  TempDir dir;
+  std::ofstream(dir.path + "/nexusd.toml") << "[env]\ndataset_parse_timeout_ms = 3000\n";
+  Daemon d({"--config", dir.path + "/nexusd.toml", "--weights", tiny_weights_path(), "--log-level", "warn"});
+  auto victim = nexus::Client::attach({.socket_path = d.socket(), .tenant = "victim", .timeout = std::chrono::seconds(60)});
+  auto neighbour = nexus::Client::attach({.socket_path = d.socket(), .tenant = "neighbour"});
+  neighbour->register_tenant({.head = {.kind = "mlp_chunk", .action_dim = 2}});
+  const std::string hostile = std::string(NEXUS_TEST_SOURCE_DIR) + "/tests/datasets/hostile/";
+  for (const auto& [file, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"libhdf5-heap-loop.h5", "CPU time"},
+           {"libhdf5-huge-malloc.h5", "memory allocation failed"},
+           {"libhdf5-strdup-overflow.h5", "attribute name has different length"}}) {
+    std::string what;
+    INFO(file);
+    CHECK(load_error(*victim, "hostile", hostile + file, &what) == nexus::ErrorCode::BadDataset);
+    INFO(what);
+    CHECK((what.find(expect) != std::string::npos || what.find("took longer") != std::string::npos));
+    const std::vector<std::uint8_t> p = {7};
+    CHECK(neighbour->ping(p) == p);
+  }
+  CHECK(neighbour->slot_digest().step == 0);
+  CHECK(nexus::query_status(d.socket()).pid == d.pid());
 }

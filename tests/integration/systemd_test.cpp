@@ -1,11 +1,12 @@
 // nexusd under systemd, without needing systemd to run the tests: the unit files pass
 // `systemd-analyze verify`; the daemon tells a NOTIFY_SOCKET it is ready and keeps the watchdog
 // fed; systemd-socket-activate (systemd's own tool) starts it on the first connection and it
-// serves through the passed socket.
+// serves through the passed socket; the metrics textfile works under the unit's hardening.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -115,4 +116,48 @@ TEST_CASE("systemd-socket-activate starts nexusd on the first connection, which 
   INFO(read_file(dir.path + "/log"));
   CHECK(wait_exit(act, std::chrono::seconds(30)) == 0);
   CHECK_THAT(read_file(dir.path + "/log"), Catch::Contains("systemd=true"));
+}
+
+TEST_CASE("the metrics textfile is written 0640 with its directory's group, whatever the umask, and never "
+          "through a planted symlink",
+          "[integration][systemd][metrics]") {
+  TempDir dir;
+  const std::string metrics = dir.path + "/nexus-metrics";
+  // As the package makes it (tmpfiles.d: 2750), with the node exporter's group standing in.
+  std::filesystem::create_directory(metrics);
+  const gid_t exporter = 65534;  // nogroup
+  REQUIRE(::chown(metrics.c_str(), ::geteuid(), exporter) == 0);
+  REQUIRE(::chmod(metrics.c_str(), 02750) == 0);
+  std::ofstream(dir.path + "/nexusd.toml") << "[metrics]\ntextfile = \"" << metrics << "/nexusd.prom\"\ninterval_s = 1\n";
+  const mode_t old = ::umask(077);  // the unit's UMask
+  Daemon d({"--config", dir.path + "/nexusd.toml", "--backbone", "none"});
+  ::umask(old);
+  const std::string file = metrics + "/nexusd.prom";
+  REQUIRE(eventually([&] { return std::filesystem::exists(file); }));
+  struct stat st {};
+  REQUIRE(::lstat(file.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0640);
+  CHECK(st.st_gid == exporter);
+  CHECK_THAT(read_file(file), Catch::Contains("nexus_uptime_seconds"));
+  // Someone who can write the directory plants a symlink where the file goes: the next write
+  // replaces the link, never writes through it.
+  std::ofstream(dir.path + "/target") << "untouched";
+  std::filesystem::remove(file);
+  std::filesystem::create_symlink(dir.path + "/target", file);
+  REQUIRE(eventually([&] {
+    struct stat now {};
+    return ::lstat(file.c_str(), &now) == 0 && S_ISREG(now.st_mode);
+  }));
+  CHECK(read_file(dir.path + "/target") == "untouched");
+  for (const auto& e : std::filesystem::directory_iterator(metrics))  // no temporary left behind
+    CHECK(e.path().filename().string().find(".tmp.") == std::string::npos);
+}
+
+TEST_CASE("the unit may write the metrics directory the package makes", "[integration][systemd][metrics]") {
+  const auto service = read_file(std::string(NEXUS_TEST_UNIT_DIR) + "/nexusd.service");
+  CHECK_THAT(service, Catch::Contains("ProtectSystem=strict") && Catch::Contains("ReadWritePaths=-/var/lib/nexus-metrics"));
+  const auto tmpfiles = read_file(std::string(NEXUS_TEST_SOURCE_DIR) + "/systemd/tmpfiles.d/nexus.conf");
+  CHECK_THAT(tmpfiles, Catch::Contains("d /var/lib/nexus-metrics 2750 nexus nexus"));
+  CHECK_THAT(read_file(std::string(NEXUS_TEST_SOURCE_DIR) + "/systemd/nexusd.toml"),
+             Catch::Contains("/var/lib/nexus-metrics/nexusd.prom"));
 }

@@ -20,6 +20,8 @@ DecodeError error(std::uint64_t id, wire::ErrorCode code, std::string reason) {
 
 // Checkpoint tags and dataset names: names (schema/names.hpp), never paths.
 bool label(const flatbuffers::String* s) { return s && schema::valid_name(s->string_view()); }
+// An optional name: absent or empty (clients send "" for none), else a valid name.
+bool optional_label(const flatbuffers::String* s) { return !s || s->size() == 0 || label(s); }
 
 std::string name_rule(const char* what) { return std::string(what) + " are " + schema::kNameRule; }
 
@@ -105,7 +107,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
       const auto* spec = msg->body_as_JobStartRequest()->spec();
       if (spec == nullptr || spec->kind() == nullptr)
         return error(id, wire::ErrorCode::BadMessage, "JobStartRequest needs a spec with a kind");
-      if (spec->dataset() && !label(spec->dataset())) return error(id, wire::ErrorCode::BadMessage, name_rule("dataset names"));
+      if (!optional_label(spec->dataset())) return error(id, wire::ErrorCode::BadMessage, name_rule("dataset names"));
       if (spec->task() && spec->task()->size() > 256) return error(id, wire::ErrorCode::BadMessage, "task name too long");
       return req;
     }
@@ -116,7 +118,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
     case wire::Body::RlStartRequest:
       if (msg->body_as_RlStartRequest()->task() == nullptr || msg->body_as_RlStartRequest()->algorithm() == nullptr)
         return error(id, wire::ErrorCode::BadMessage, "RlStartRequest needs an algorithm and a task");
-      if (msg->body_as_RlStartRequest()->demo_dataset() && !label(msg->body_as_RlStartRequest()->demo_dataset()))
+      if (!optional_label(msg->body_as_RlStartRequest()->demo_dataset()))
         return error(id, wire::ErrorCode::BadMessage, name_rule("dataset names"));
       return req;
     case wire::Body::EnvStepRequest: {
@@ -171,8 +173,7 @@ DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLi
                                      : features ? msg->body_as_FeaturesRequest()->obs()
                                                 : msg->body_as_PredictRequest()->obs();
       if (obs == nullptr) return error(id, wire::ErrorCode::BadMessage, "request without an observation");
-      if (!sft && !features && msg->body_as_PredictRequest()->dataset() &&
-          !label(msg->body_as_PredictRequest()->dataset()))
+      if (!sft && !features && !optional_label(msg->body_as_PredictRequest()->dataset()))
         return error(id, wire::ErrorCode::BadMessage, name_rule("dataset names"));
       // Every tensor named must lie inside the arena (or, for a region, be well formed: its
       // bounds are checked where it is routed); shapes are the model service's to judge.
