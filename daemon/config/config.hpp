@@ -26,8 +26,8 @@ struct DaemonConfig {
   std::string socket_group = "nexus";
   std::uint32_t max_tenants = 64;
   std::uint32_t max_tenants_per_uid = 16;    // tenants one Unix user may have attached at once
-  std::uint32_t max_names_per_uid = 64;      // tenant names bound to one Unix user (attached or not)
-  std::uint32_t max_names = 4096;            // tenant names bound in all
+  std::uint32_t max_names_per_uid = 1024;    // tenant names bound to one Unix user (attached or not)
+  std::uint32_t max_names = 16384;           // tenant names bound in all
   // Threads for the transport's slow, tenant-sized work (digests), off the reactor; each tenant
   // has at most one running at a time there.
   std::uint32_t io_workers = 2;
@@ -61,7 +61,7 @@ struct DaemonConfig {
   std::uint32_t versions_kept = 8;              // published versions kept per tenant (+ pinned)
   std::chrono::seconds idle_evict{600};         // a detached tenant's slot: checkpointed and freed after
   std::uint32_t max_slots_per_uid = 32;         // resident slots of one Unix user's tenants
-  std::uint32_t max_checkpoints_per_uid = 64;   // checkpoint tags of one Unix user's tenants
+  std::uint32_t max_checkpoints_per_uid = 256;  // checkpoint tags of one Unix user's tenants
   std::uint64_t checkpoint_bytes_per_uid = 4ull << 30;  // their bytes on disk
   std::map<std::string, TenantWeight> tenants;  // [tenants.NAME] weight, priority, replica
   // [env]

@@ -30,8 +30,8 @@
 namespace nexus::daemon {
 
 struct RegistryLimits {
-  std::size_t names_per_uid = 64;   // [daemon] max_names_per_uid
-  std::size_t names_total = 4096;   // [daemon] max_names
+  std::size_t names_per_uid = 1024;  // [daemon] max_names_per_uid
+  std::size_t names_total = 16384;   // [daemon] max_names
 };
 
 class TenantRegistry {

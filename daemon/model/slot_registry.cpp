@@ -37,10 +37,21 @@ std::filesystem::path SlotRegistry::tenant_dir(std::uint32_t uid, const std::str
   return dir;
 }
 
+// At its owner's bound, the owner's longest-detached resident slot (here) is evicted early to
+// make room: a user who runs tenant after tenant is not refused for the ones that left; only
+// attached tenants' slots (and pinned ones) hold the bound.
+Failure SlotRegistry::missing(const std::string& refused) {
+  if (!refused.empty()) return Failure{Fault::OverQuota, refused};
+  return Failure{Fault::NotRegistered, "register the tenant first"};
+}
+
 std::optional<Failure> SlotRegistry::place(const std::string& tenant, SlotEntry entry) {
   auto it = slots_.find(tenant);
   if (it == slots_.end() || it->second.uid != entry.uid) {
-    if (auto why = quotas_.take_slot(entry.uid)) return Failure{Fault::OverQuota, *why};
+    auto refused = quotas_.take_slot(entry.uid);
+    if (refused && evict_longest_detached(entry.uid, tenant)) refused = quotas_.take_slot(entry.uid);
+    if (refused) return Failure{Fault::OverQuota, *refused};
+    it = slots_.find(tenant);  // the eviction may have changed the map
     if (it != slots_.end()) quotas_.give_slot(it->second.uid);
   }
   slots_[tenant] = std::move(entry);
@@ -150,24 +161,27 @@ void SlotRegistry::retain_versions(const std::string& tenant) {
 }
 
 Result SlotRegistry::publish(const std::string& tenant) {
-  SlotEntry* e = find(tenant);
-  if (!e) return Failure{Fault::NotRegistered, "register the tenant first"};
+  std::string refused;
+  SlotEntry* e = find(tenant, &refused);
+  if (!e) return missing(refused);
   const auto v = e->trainer->publish();
   retain(tenant, *e->trainer);
   return Published{v};
 }
 
 Result SlotRegistry::digest(const std::string& tenant) {
-  SlotEntry* e = find(tenant);
-  if (!e) return Failure{Fault::NotRegistered, "register the tenant first"};
+  std::string refused;
+  SlotEntry* e = find(tenant, &refused);
+  if (!e) return missing(refused);
   const auto d = e->trainer->digest();
   return SlotDigest{d.parameters, d.optimizer, static_cast<std::uint64_t>(d.step), e->trainer->latest_version()};
 }
 
 Result SlotRegistry::save(const std::string& tenant, std::uint32_t uid, const std::string& tag) {
   if (!schema::valid_name(tag)) return Failure{Fault::BadRequest, std::string("checkpoint tags are ") + schema::kNameRule};
-  SlotEntry* e = find(tenant);
-  if (!e) return Failure{Fault::NotRegistered, "register the tenant first"};
+  std::string refused;
+  SlotEntry* e = find(tenant, &refused);
+  if (!e) return missing(refused);
   std::filesystem::path path;
   try {
     const auto dir = tenant_dir(uid, tenant) / "checkpoints";
@@ -293,6 +307,30 @@ void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
   // glibc keeps freed memory in the arena of the thread that freed it (the soak measured 3.9x the
   // idle daemon's RSS after every slot was evicted); trimming returns what eviction freed.
   if (evicted > 0) ::malloc_trim(0);
+}
+
+bool SlotRegistry::evict_longest_detached(std::uint32_t uid, const std::string& except) {
+  std::optional<std::pair<std::chrono::steady_clock::time_point, std::string>> oldest;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& [t, since] : detached_) {
+      auto s = slots_.find(t);
+      if (t == except || s == slots_.end() || s->second.uid != uid || pins_.count(t)) continue;
+      if (!oldest || since < oldest->first) oldest = {since, t};
+    }
+  }
+  if (!oldest) return false;
+  const auto& t = oldest->second;
+  auto s = slots_.find(t);
+  if (!write_eviction_file(t, s->second)) return false;
+  drop(t);
+  evicted_[t] = uid;
+  {
+    std::lock_guard lk(mu_);
+    detached_.erase(t);
+  }
+  log_text(LogLevel::Info, "slot_evicted", "tenant=" + t + " reason=\"its owner's slot bound\"");
+  return true;
 }
 
 std::size_t SlotRegistry::checkpoint_all() {

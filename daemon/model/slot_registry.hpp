@@ -6,7 +6,8 @@
 // again as the same Unix user (a stop loses no finished step).
 //
 // Bounds per Unix user (UserQuotas, shared by the replicas): resident slots, checkpoint tags and
-// their bytes. QuotaExceeded (Fault::OverQuota) beyond.
+// their bytes. QuotaExceeded (Fault::OverQuota) beyond; at the slot bound, the user's
+// longest-detached slot is evicted first, so only its attached tenants' slots hold the bound.
 //
 // Thread safety: slot operations on the executor thread only (checkpoint_all after it stopped);
 // pin/unpin and attached/detached from any thread (they take the registry's own lock).
@@ -83,6 +84,10 @@ class SlotRegistry {
   // Makes `entry` the tenant's resident slot, charging its owner a slot unless it replaces one.
   std::optional<Failure> place(const std::string& tenant, SlotEntry entry);
   void drop(const std::string& tenant);  // frees the resident slot (and its owner's charge)
+  static Failure missing(const std::string& refused);  // why find() found none
+  // Checkpoints and frees `uid`'s longest-detached resident slot (not `except`'s, not pinned);
+  // false if it has none here.
+  bool evict_longest_detached(std::uint32_t uid, const std::string& except);
   bool write_eviction_file(const std::string& tenant, SlotEntry& e);  // false: logged
   void remove_eviction_file(std::uint32_t uid, const std::string& tenant);
 

@@ -25,7 +25,7 @@ namespace nexus::model {
 
 struct UserLimits {
   std::size_t slots = 32;                        // [model] max_slots_per_uid
-  std::size_t checkpoints = 64;                  // [model] max_checkpoints_per_uid
+  std::size_t checkpoints = 256;                 // [model] max_checkpoints_per_uid
   std::uint64_t checkpoint_bytes = 4ull << 30;   // [model] checkpoint_mib_per_uid
 };
 

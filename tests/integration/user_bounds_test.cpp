@@ -97,3 +97,28 @@ TEST_CASE("a Unix user's checkpoints stay within their bytes, and the bound surv
   auto a = nexus::Client::attach({.socket_path = d.socket(), .tenant = "a"});
   CHECK_THAT(refusal([&] { a->save("after-restart"); }), Catch::Contains("checkpoint_mib_per_uid"));
 }
+
+TEST_CASE("at a Unix user's slot bound its longest-detached slot makes room, and comes back when needed",
+          "[integration][model][bounds]") {
+  TempDir dir;
+  std::ofstream(dir.path + "/nexusd.toml") << "[model]\nmax_slots_per_uid = 2\n";
+  Daemon d({"--config", dir.path + "/nexusd.toml", "--weights", tiny_weights_path(), "--log-level", "warn",
+            "--state-dir", dir.path + "/state"});
+  auto attach = [&](const std::string& name) { return nexus::Client::attach({.socket_path = d.socket(), .tenant = name}); };
+  auto a = attach("a");
+  a->register_tenant(kSpec);
+  const auto a_digest = a->slot_digest();
+  a.reset();  // detached: its slot stays resident, but may make room
+  auto b = attach("b");
+  auto c = attach("c");
+  b->register_tenant(kSpec);
+  CHECK(refusal([&] { c->register_tenant(kSpec); }).empty());  // a's slot was checkpointed and freed
+  // a comes back: b and c hold the bound while attached, so a's slot cannot be resident...
+  a = attach("a");
+  nexus::ErrorCode code{};
+  CHECK_THAT(refusal([&] { a->slot_digest(); }, &code), Catch::Contains("max_slots_per_uid"));
+  CHECK(code == nexus::ErrorCode::QuotaExceeded);
+  // ... until one of them leaves: then it is restored, as it was.
+  b.reset();
+  CHECK(a->slot_digest() == a_digest);
+}
