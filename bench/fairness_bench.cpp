@@ -1,11 +1,14 @@
-// nexus-bench fairness (workload.hpp): weighted fair share under contention, and inference
-// latency idle vs. behind saturated training, in one run on one daemon.
+// nexus-bench fairness (workload.hpp), in one run: weighted fair share under contention, and
+// inference latency idle vs. behind saturated training, on one daemon; then, on another, a
+// small-batch tenant beside a big one (equal weights, batch 4 vs 128, each a closed loop: one
+// step in flight), each alone and then together: the share of its own alone rate each keeps.
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -21,10 +24,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-pid_t trainer(const FairnessOptions& o, const test::Daemon& d, const std::string& dir, const std::string& name) {
-  return test::spawn({o.sft_tenant, "--socket", d.socket(), "--tenant", name, "--steps", "100000000", "--batch", "32",
-                      "--pipeline", "4", "--report-every", "0"},
+pid_t trainer(const FairnessOptions& o, const test::Daemon& d, const std::string& dir, const std::string& name,
+              int batch = 32, int pipeline = 4) {
+  return test::spawn({o.sft_tenant, "--socket", d.socket(), "--tenant", name, "--steps", "100000000", "--batch",
+                      std::to_string(batch), "--pipeline", std::to_string(pipeline), "--report-every", "0"},
                      {.stdout_path = dir + "/" + name + ".out", .stderr_path = dir + "/" + name + ".err"});
+}
+
+double samples(const test::Daemon& d, const std::string& name) {
+  for (const auto& u : query_status(d.socket()).usage)
+    if (u.name == name) return static_cast<double>(u.samples);
+  return 0;
 }
 
 std::map<std::string, double> compute(const test::Daemon& d) {
@@ -53,6 +63,86 @@ void stop(std::vector<pid_t>& pids) {
   for (auto p : pids) ::kill(p, SIGKILL);
   for (auto p : pids) test::wait_exit(p, std::chrono::seconds(5));
   pids.clear();
+}
+
+// Samples per second of each named closed-loop trainer (name -> batch) over `seconds`, all at
+// once, after a warm-up.
+std::map<std::string, double> rates(const FairnessOptions& o, const test::Daemon& d, const std::string& dir,
+                                    const std::map<std::string, int>& trainers, double seconds) {
+  std::vector<pid_t> pids;
+  for (const auto& [name, batch] : trainers) pids.push_back(trainer(o, d, dir, name, batch, 1));
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  std::map<std::string, double> s0, out;
+  for (const auto& [name, batch] : trainers) s0[name] = samples(d, name);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  for (const auto& [name, batch] : trainers) out[name] = (samples(d, name) - s0[name]) / seconds;
+  stop(pids);
+  return out;
+}
+
+// Batch 128 and batch 4, closed loops: what each keeps of its own alone rate, with equal
+// weights and with the small tenant weighted 2; then the same equal-weight pair on a daemon whose
+// steps stay whole ([model] max_training_turn_ms = 0, as before turns existed), side by side.
+void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
+  test::TempDir dir;
+  {
+    std::ofstream turns(dir.path + "/turns.toml");
+    if (o.turn_ms >= 0) turns << "[model]\nmax_training_turn_ms = " << o.turn_ms << "\n";
+    turns << "[tenants.small-heavy]\nweight = 2\n";
+  }
+  std::ofstream(dir.path + "/whole.toml") << "[model]\nmax_training_turn_ms = 0\n";
+  auto phase = [&](const char* what, double seconds) {
+    std::fprintf(stderr, "[fairness] %s, %.0f s ...\n", what, seconds);
+  };
+  double big_alone = 0, small_alone = 0;
+  std::map<std::string, double> equal, weighted;
+  double turn_ms = 0;
+  {
+    test::Daemon daemon({"--log-level", "warn", "-c", dir.path + "/turns.toml"}, o.nexusd);
+    phase("batch 128 alone", o.seconds);
+    big_alone = rates(o, daemon, dir.path, {{"big-alone", 128}}, o.seconds).at("big-alone");
+    phase("batch 4 alone", o.seconds);
+    small_alone = rates(o, daemon, dir.path, {{"small-alone", 4}}, o.seconds).at("small-alone");
+    phase("both at once, equal weights", o.shared_seconds);
+    equal = rates(o, daemon, dir.path, {{"big", 128}, {"small", 4}}, o.shared_seconds);
+    turn_ms = query_status(daemon.socket()).longest_shared_training_turn_s * 1000;
+    phase("both at once, the small tenant weighted 2", o.shared_seconds);
+    weighted = rates(o, daemon, dir.path, {{"big-light", 128}, {"small-heavy", 4}}, o.shared_seconds);
+  }
+  double whole_big_alone = 0;
+  std::map<std::string, double> whole;
+  {
+    test::Daemon daemon({"--log-level", "warn", "-c", dir.path + "/whole.toml"}, o.nexusd);
+    phase("steps kept whole: batch 128 alone", o.seconds);
+    whole_big_alone = rates(o, daemon, dir.path, {{"big-alone", 128}}, o.seconds).at("big-alone");
+    phase("steps kept whole: both at once, equal weights", o.shared_seconds);
+    whole = rates(o, daemon, dir.path, {{"big", 128}, {"small", 4}}, o.shared_seconds);
+  }
+  const double big_share = equal.at("big") / big_alone, small_share = equal.at("small") / small_alone;
+  const double light_share = weighted.at("big-light") / big_alone, heavy_share = weighted.at("small-heavy") / small_alone;
+  const double total = equal.at("big") + equal.at("small"), whole_total = whole.at("big") + whole.at("small");
+  j["turns_big_alone_sps"] = big_alone, j["turns_small_alone_sps"] = small_alone;
+  j["turns_big_shared_sps"] = equal.at("big"), j["turns_small_shared_sps"] = equal.at("small");
+  j["turns_big_share"] = big_share, j["turns_small_share"] = small_share;
+  // A closed loop has one step in flight: its mean step latency is its batch over its rate.
+  j["turns_small_step_ms_alone"] = 4000 / small_alone, j["turns_small_step_ms_shared"] = 4000 / equal.at("small");
+  j["turns_weighted_big_share"] = light_share, j["turns_weighted_small_share"] = heavy_share;
+  j["turns_weighted_small_fraction"] = heavy_share / (heavy_share + light_share);  // weights say 2/3
+  j["turns_total_shared_sps"] = total;
+  j["turns_longest_turn_ms"] = turn_ms;
+  j["whole_big_alone_sps"] = whole_big_alone;
+  j["whole_big_share"] = whole.at("big") / whole_big_alone, j["whole_small_share"] = whole.at("small") / small_alone;
+  j["whole_total_shared_sps"] = whole_total;
+  j["turns_total_vs_whole"] = total / whole_total;
+  std::printf("batch 128 vs batch 4, closed loops, alone: %.0f and %.0f samples/s (batch 128 with steps kept whole: %.0f)\n"
+              "equal weights: %.0f and %.0f samples/s (%.0f in all); share of its own alone rate: big %.2f, small %.2f;\n"
+              "  the small tenant's mean step %.1f ms alone, %.1f ms beside the big one; longest shared training turn %.1f ms\n"
+              "small weighted 2: shares big %.2f, small %.2f (small's fraction %.2f; weights say 0.67)\n"
+              "steps kept whole (turns off): shares big %.2f, small %.2f, %.0f samples/s in all; with turns %.2fx that\n",
+              big_alone, small_alone, whole_big_alone, equal.at("big"), equal.at("small"), total, big_share, small_share,
+              4000 / small_alone, 4000 / equal.at("small"), turn_ms, light_share, heavy_share,
+              heavy_share / (heavy_share + light_share), whole.at("big") / whole_big_alone,
+              whole.at("small") / small_alone, whole_total, total / whole_total);
 }
 
 }  // namespace
@@ -96,6 +186,7 @@ int run_fairness(const FairnessOptions& o) {
               "bound (idle p99 + longest turn) %.2f ms: %s\n",
               idle.p50_us / 1000, idle.p99_us / 1000, loaded.p50_us / 1000, loaded.p99_us / 1000, turn_us / 1000,
               (idle.p99_us + turn_us) / 1000, j["within_bound"].get<bool>() ? "held" : "exceeded");
+  small_beside_big(o, j);
   if (o.json) std::printf("%s\n", j.dump().c_str());
   return 0;
 }

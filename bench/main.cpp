@@ -68,6 +68,10 @@ int main(int argc, char** argv) {
   nexus::bench::FairnessOptions fairness{.sft_tenant = NEXUS_BENCH_SFT_TENANT};
   auto* fairness_cmd = app.add_subcommand("fairness", "weights 1:2 under contention; predict latency idle vs behind training");
   fairness_cmd->add_option("--seconds", fairness.seconds, "each measured phase");
+  fairness_cmd->add_option("--shared-seconds", fairness.shared_seconds,
+                           "batch 128 vs batch 4, closed loops: the shared phase (alone phases: --seconds)");
+  fairness_cmd->add_option("--turn-ms", fairness.turn_ms,
+                           "the small-batch scenario's [model] max_training_turn_ms (default: nexusd's)");
   fairness_cmd->add_flag("--json", fairness.json, "last line: one JSON object of figures");
 #endif
   CLI11_PARSE(app, argc, argv);

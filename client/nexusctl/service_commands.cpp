@@ -58,7 +58,9 @@ int status_command(const std::string& socket, bool json_out) {
               {"inference_queued", s.inference_queued}, {"training_queued", s.training_queued},
               {"slots_resident", s.slots_resident}, {"slots_evicted", s.slots_evicted},
               {"env_sessions", s.env_sessions}, {"dataset_bytes", s.dataset_bytes}, {"rerun_groups", s.rerun_groups},
+              {"split_steps", s.split_steps},
               {"longest_training_turn_s", s.longest_training_turn_s},
+              {"longest_shared_training_turn_s", s.longest_shared_training_turn_s},
               {"health_restarts", s.health_restarts}, {"health", s.health},
               {"services", services_json(s)}, {"tenants", json::array()}, {"replicas", json::array()}};
     for (const auto& r : s.replicas)

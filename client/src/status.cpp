@@ -89,7 +89,9 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
   s.env_sessions = r->env_sessions();
   s.dataset_bytes = r->dataset_bytes();
   s.rerun_groups = r->rerun_groups();
+  s.split_steps = r->split_steps();
   s.longest_training_turn_s = r->longest_training_turn_s();
+  s.longest_shared_training_turn_s = r->longest_shared_training_turn_s();
   s.health_restarts = r->health_restarts();
   if (r->health())
     for (const auto* h : *r->health()) s.health.push_back(h->str());

@@ -42,6 +42,8 @@ int check_config(const DaemonConfig& c, const std::string& source) {
               c.max_tenants, c.max_tenants_per_uid, c.max_in_flight,
               static_cast<unsigned long long>(c.request_bytes_per_tenant >> 20), c.max_request_gflop, c.versions_kept,
               static_cast<long long>(c.idle_evict.count()));
+  std::printf("           training turns of at most %.0f ms%s\n", c.max_training_turn_ms,
+              c.max_training_turn_ms > 0 && !c.deterministic ? " (bigger steps run as micro-batches)" : " (steps never split)");
   std::printf("           per user: %u names, %u slots, %u checkpoints (%llu MiB); jobs: %u per tenant, %u in all\n",
               c.max_names_per_uid, c.max_slots_per_uid, c.max_checkpoints_per_uid,
               static_cast<unsigned long long>(c.checkpoint_bytes_per_uid >> 20), c.jobs_per_tenant, c.jobs_total);

@@ -128,6 +128,12 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   }
   c.group_window_ms = r.positive_real("model", "group_window_ms", c.group_window_ms);
   c.min_training_share = r.positive_real("model", "min_training_share", c.min_training_share);
+  if (const auto n = t["model"]["max_training_turn_ms"]) {
+    const auto v = n.value<double>();
+    if (!v || !(*v >= 0) || !(n.is_integer() || n.is_floating_point()))
+      r.fail("model", "max_training_turn_ms", "must be a number >= 0 (0: steps are never split)");
+    c.max_training_turn_ms = *v;
+  }
   if (c.min_training_share >= 1) r.fail("model", "min_training_share", "must be below 1");
   c.max_request_gflop = r.positive_real("model", "max_request_gflop", c.max_request_gflop);
   c.versions_kept = static_cast<std::uint32_t>(r.positive("model", "versions_kept", c.versions_kept));

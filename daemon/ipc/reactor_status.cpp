@@ -95,8 +95,10 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   r.add_env_sessions(st.env_sessions);
   r.add_dataset_bytes(st.dataset_bytes);
   r.add_rerun_groups(st.rerun_groups);
+  r.add_split_steps(st.split_steps);
   r.add_replicas(rv);
   r.add_longest_training_turn_s(st.longest_training_turn_s);
+  r.add_longest_shared_training_turn_s(st.longest_shared_training_turn_s);
   r.add_health_restarts(st.health_restarts);
   r.add_health(hv);
   r.add_users(users_vector);

@@ -48,11 +48,11 @@ struct UserBounds {
 struct ServiceStatus {
   std::string backbone;                  // empty without a model service
   std::vector<ReplicaStatus> replicas;   // one per model.devices entry
-  std::uint64_t groups = 0, requests = 0, samples = 0, input_bytes_packed = 0, rerun_groups = 0;
+  std::uint64_t groups = 0, requests = 0, samples = 0, input_bytes_packed = 0, rerun_groups = 0, split_steps = 0;
   std::uint64_t inference_queued = 0, training_queued = 0;
   std::uint64_t slots_resident = 0, slots_evicted = 0;
   std::uint64_t env_sessions = 0, dataset_bytes = 0;
-  double longest_training_turn_s = 0;
+  double longest_training_turn_s = 0, longest_shared_training_turn_s = 0;
   metrics::Snapshot usage;
   std::map<std::string, double> weights;  // configured tenants' fair-share weights
   std::vector<JobInfo> jobs;

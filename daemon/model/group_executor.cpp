@@ -9,7 +9,24 @@ using daemon::log_text;
 using daemon::LogLevel;
 namespace {
 
-void answer(Bound& b, Result r) { std::get<TenantWork>(*b.work).request.done(std::move(r)); }
+void answer(Bound& b, Result r) {
+  if (b.chain) return b.chain->request.done(std::move(r));
+  std::get<TenantWork>(*b.work).request.done(std::move(r));
+}
+
+// An SFT step too big for one turn becomes a StepChain: bound once (`b`, the whole batch), its
+// Work replaced in place by the chain's first micro-batch.
+Bound start_chain(Work& w, Bound whole, std::int64_t micro) {
+  auto chain = std::make_shared<StepChain>();
+  chain->request = std::move(std::get<TenantWork>(w).request);
+  chain->images = whole.images, chain->tokens = whole.tokens, chain->mask = whole.mask;
+  chain->state = whole.state, chain->actions = whole.actions;
+  chain->n = whole.n, chain->micro = micro, chain->gflop = whole.gflop;
+  const auto tenant = chain->request.tenant;
+  const auto arrival = chain->request.arrival;
+  w = MicroWork{std::move(chain), tenant, arrival};
+  return micro_bound(w, whole.slot);
+}
 
 }  // namespace
 
@@ -25,8 +42,9 @@ GroupExecutor::GroupExecutor(Backbone& backbone, torch::Device device, SlotRegis
       stats_(stats),
       stats_mu_(stats_mu) {}
 
-std::map<std::string, double> GroupExecutor::run(std::vector<Work>& group, metrics::Service service) {
-  std::map<std::string, double> charged;
+GroupExecutor::Ran GroupExecutor::run(std::vector<Work>& group, metrics::Service service, std::int64_t split_above) {
+  Ran ran;
+  continuations_ = &ran.continuations;
   std::vector<Bound> bound;
   bound.reserve(group.size());
   for (auto& w : group) {
@@ -38,23 +56,34 @@ std::map<std::string, double> GroupExecutor::run(std::vector<Work>& group, metri
       else fail(w, Fault::OverQuota, refused);
       continue;
     }
+    if (std::holds_alternative<MicroWork>(w)) {
+      bound.push_back(micro_bound(w, slot));
+      continue;
+    }
     Bound b;
     if (auto f = bind(w, slot, backbone_.config(), cost_, b)) {
       fail(w, f->fault, f->reason);
       continue;
     }
+    if (b.kind == Bound::Kind::Sft && split_above > 0 && b.n > split_above) {
+      b = start_chain(w, std::move(b), split_above);
+      std::lock_guard lk(stats_mu_);
+      ++stats_.split_steps;
+    }
     bound.push_back(std::move(b));
   }
-  if (bound.empty()) return charged;
+  if (bound.empty()) return ran;
   if (!deterministic_) {
-    pass(bound, service, charged);
-    return charged;
+    pass(bound, service, ran);
+    continuations_ = nullptr;
+    return ran;
   }
   // Deterministic mode: each request gets a backbone pass of its own, so its features are
   // computed by exactly the same operations on exactly the same shapes whoever else is queued.
   // The price is the grouping itself (nexus-bench group measures it): see docs/design/model.md.
-  for (auto& b : bound) pass({&b, 1}, service, charged);
-  return charged;
+  for (auto& b : bound) pass({&b, 1}, service, ran);
+  continuations_ = nullptr;
+  return ran;
 }
 
 bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::string& error) {
@@ -76,7 +105,7 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
   }
 }
 
-void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, std::map<std::string, double>& charged) {
+void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& ran) {
   const auto t0 = sched::Clock::now();
   VLAFeature features;
   std::string error;
@@ -87,7 +116,7 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, std::
         ++stats_.rerun_groups;
       }
       log_text(LogLevel::Warn, "group_rerun", "members=" + std::to_string(bound.size()) + " reason=\"" + error + "\"");
-      for (auto& b : bound) pass({&b, 1}, service, charged);
+      for (auto& b : bound) pass({&b, 1}, service, ran);
       return;
     }
     fail(*bound[0].work, Fault::Internal, "backbone: " + error);
@@ -97,6 +126,7 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, std::
   const double backbone_s = std::chrono::duration<double>(t1 - t0).count();
   std::int64_t samples = 0;
   for (auto& b : bound) samples += b.n;
+  ran.samples += samples;
   {
     // Counted before any reply goes out: a tenant that has its answer sees it in the status.
     std::lock_guard lk(stats_mu_);
@@ -116,10 +146,11 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, std::
     run_head(b, f, predictions);
     const double head_s = std::chrono::duration<double>(sched::Clock::now() - h0).count();
     const double seconds = backbone_s * static_cast<double>(b.n) / static_cast<double>(samples) + head_s;
-    charged[b.tenant] += seconds;
+    ran.charged[b.tenant] += seconds;
     if (accounting_) {
-      const bool sft = b.kind == Bound::Kind::Sft;
-      accounting_->charge(b.tenant, service, seconds, static_cast<std::uint64_t>(b.n), sft ? 1 : 0, sft ? 0 : 1);
+      const bool sft = b.kind == Bound::Kind::Sft || (b.kind == Bound::Kind::Micro && b.offset + b.n == b.chain->n);
+      const bool training = b.kind == Bound::Kind::Sft || b.kind == Bound::Kind::Micro;
+      accounting_->charge(b.tenant, service, seconds, static_cast<std::uint64_t>(b.n), sft ? 1 : 0, training ? 0 : 1);
     }
     std::lock_guard lk(stats_mu_);
     stats_.head_seconds += head_s;
@@ -149,6 +180,23 @@ void GroupExecutor::answer_predictions(std::vector<PendingPrediction>& predictio
   }
 }
 
+bool GroupExecutor::run_micro(Bound& b, const VLAFeature& f) {
+  TenantSlot& slot = *b.slot->trainer;
+  StepChain& chain = *b.chain;
+  try {
+    if (!chain.accumulation) chain.accumulation = std::make_shared<TenantSlot::Accumulation>(slot.begin_step(chain.n));
+    slot.micro_step(*chain.accumulation, f, on_device(b.state), on_device(b.actions), b.offset);
+    if (b.offset + b.n < chain.n) return true;
+    const auto r = slot.finish_step(*chain.accumulation);
+    answer(b, Stepped{r.loss, r.grad_norm, static_cast<std::uint64_t>(r.step)});
+  } catch (const SlotError& e) {
+    fail(*b.work, Fault::BadBatch, e.what());
+  } catch (const std::exception& e) {
+    fail(*b.work, Fault::Internal, e.what());
+  }
+  return false;
+}
+
 // A head's failure is its tenant's alone: typed error, the group's others go on.
 void GroupExecutor::run_head(Bound& b, const VLAFeature& f, std::vector<PendingPrediction>& predictions) {
   if (b.kind == Bound::Kind::Features) {  // the tenant's own head will read them: one copy out
@@ -161,6 +209,12 @@ void GroupExecutor::run_head(Bound& b, const VLAFeature& f, std::vector<PendingP
     return;
   }
   TenantSlot& slot = *b.slot->trainer;
+  if (b.kind == Bound::Kind::Micro) {
+    // The next micro-batch arrives now, as a closed-loop tenant's next step would: the Training
+    // Queue's pick may then wait briefly for an active tenant to join it (sched::pick_training).
+    if (run_micro(b, f)) continuations_->push_back(MicroWork{b.chain, b.tenant, sched::Clock::now()});
+    return;
+  }
   if (b.kind == Bound::Kind::Act) {
     auto& act = std::get<ActWork>(*b.work);
     try {

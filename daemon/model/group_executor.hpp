@@ -30,18 +30,27 @@ class GroupExecutor {
   GroupExecutor(Backbone& backbone, torch::Device device, SlotRegistry& slots, CostModel cost, bool deterministic,
                 metrics::Accounting* accounting, ModelStats& stats, std::mutex& stats_mu);
 
-  // Answers every live member of `group` exactly once (errors included). Returns the
-  // compute-seconds charged to each tenant.
-  std::map<std::string, double> run(std::vector<Work>& group, metrics::Service service);
+  struct Ran {
+    std::map<std::string, double> charged;  // compute-seconds per tenant
+    std::vector<Work> continuations;         // chains' next micro-batches, for the caller to queue
+    std::int64_t samples = 0;                // through the backbone
+  };
+  // Answers every live member of `group` exactly once (errors included). `split_above` > 0: an
+  // SFT step of more samples runs as micro-batches of that many (a StepChain; its first here).
+  Ran run(std::vector<Work>& group, metrics::Service service, std::int64_t split_above);
 
  private:
-  void pass(std::span<Bound> bound, metrics::Service service, std::map<std::string, double>& charged);
+  void pass(std::span<Bound> bound, metrics::Service service, Ran& ran);
   bool forward(std::span<Bound> bound, VLAFeature& features, std::string& error);
   struct PendingPrediction {
     Bound* bound;
     torch::Tensor actions;  // on the device, [n, chunk, action_dim]
   };
   void run_head(Bound& b, const VLAFeature& f, std::vector<PendingPrediction>& predictions);
+  // A micro-batch's part of its step: accumulate, and on the last apply the update and answer.
+  // False if the chain failed (answered) or finished; true if it has micro-batches to go.
+  bool run_micro(Bound& b, const VLAFeature& f);
+  std::vector<Work>* continuations_ = nullptr;  // during run(): Ran::continuations
   void answer_predictions(std::vector<PendingPrediction>& predictions);
 
   torch::Tensor on_device(const torch::Tensor& t) const { return t.defined() ? t.to(device_) : t; }

@@ -30,9 +30,9 @@ class MlpChunkHead : public ActionHead {
   torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator&) override {
     return net_->forward(trunk_input(f, state)).view({-1, spec_.chunk, spec_.action_dim});
   }
-  torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
-                     at::Generator& gen) override {
-    return torch::l1_loss(predict(f, state, gen), actions);
+  torch::Tensor loss_drawn(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
+                           const torch::Tensor&) override {
+    return torch::l1_loss(net_->forward(trunk_input(f, state)).view({-1, spec_.chunk, spec_.action_dim}), actions);
   }
 
  private:
@@ -54,12 +54,19 @@ class FlowHead : public ActionHead {
   // Denoising Generative Models Denoise", 2025). Measured here on the reach task, pretrained
   // tiny, 300 steps of 64: 9.6x below the mean baseline, against 1.9x when the network outputs
   // the velocity itself (that target carries the noise, whose variance swamps the signal early).
-  torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
-                     at::Generator& gen) override {
+  // The source noise x0 and the time t of every sample, drawn in that order: [n, chunk * A + 1].
+  torch::Tensor draw_noise(std::int64_t n, at::Generator& gen, const torch::TensorOptions& options) override {
+    const auto width = spec_.chunk * spec_.action_dim;
+    auto x0 = torch::randn({n, width}, gen, options) * spec_.flow_noise;
+    auto t = torch::rand({n, 1}, gen, options);
+    return torch::cat({x0, t}, 1);
+  }
+  torch::Tensor loss_drawn(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
+                           const torch::Tensor& noise) override {
     const auto n = actions.size(0);
     auto x1 = actions.reshape({n, -1});
-    auto x0 = torch::randn(x1.sizes(), gen, x1.options()) * spec_.flow_noise;
-    auto t = torch::rand({n, 1}, gen, x1.options());
+    const auto width = x1.size(1);
+    auto x0 = noise.narrow(1, 0, width), t = noise.narrow(1, width, 1);
     auto xt = (1 - t) * x0 + t * x1;
     return torch::mse_loss(velocity(condition(f, state), xt, t), x1 - x0);
   }
@@ -110,8 +117,8 @@ class GaussianHeadImpl : public ActionHead {
   torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator&) override {
     return outputs(f, state).mean;  // the deterministic action; sampling is the caller's choice
   }
-  torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
-                     at::Generator&) override {
+  torch::Tensor loss_drawn(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
+                           const torch::Tensor&) override {
     return -gaussian_log_prob(outputs(f, state), actions).mean() / (spec_.chunk * spec_.action_dim);
   }
 

@@ -29,8 +29,16 @@ class ActionHead : public torch::nn::Module {
   const HeadSpec& spec() const { return spec_; }
 
   // state float [n, state_dim] (undefined when state_dim == 0), actions float [n, chunk, action_dim].
-  virtual torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
-                             at::Generator& gen) = 0;
+  // The loss draws its randomness for the n samples first (draw_noise), then computes on them.
+  torch::Tensor loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions, at::Generator& gen) {
+    return loss_drawn(f, state, actions, draw_noise(actions.size(0), gen, actions.options()));
+  }
+  // What a training loss draws for n samples ([n, ...]; undefined for a head that draws nothing),
+  // and the loss given those draws' rows for its samples. A step split into micro-batches draws
+  // once for the whole batch and hands each micro-batch its rows: the same numbers as unsplit.
+  virtual torch::Tensor draw_noise(std::int64_t n, at::Generator& gen, const torch::TensorOptions& options) { return {}; }
+  virtual torch::Tensor loss_drawn(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
+                                   const torch::Tensor& noise) = 0;
   virtual torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator& gen) = 0;
 
  protected:

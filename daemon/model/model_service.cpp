@@ -97,9 +97,12 @@ ModelStats ModelService::stats() const {
     total.groups += s.groups, total.grouped_requests += s.grouped_requests, total.samples += s.samples;
     total.backbone_seconds += s.backbone_seconds, total.head_seconds += s.head_seconds;
     total.input_bytes_packed += s.input_bytes_packed, total.rerun_groups += s.rerun_groups;
+    total.split_steps += s.split_steps;
     total.slots_resident += s.slots_resident, total.slots_evicted += s.slots_evicted;
     total.inference_queued += s.inference_queued, total.training_queued += s.training_queued;
     total.longest_training_turn_s = std::max(total.longest_training_turn_s, s.longest_training_turn_s);
+    total.longest_shared_training_turn_s =
+        std::max(total.longest_shared_training_turn_s, s.longest_shared_training_turn_s);
     total.replicas.push_back({replicas_[i]->device(), placed[i], s.groups, s.samples});
   }
   return total;

@@ -145,6 +145,9 @@ struct ModelConfig {
   sched::BatchPolicy batch;              // B and T, both queues
   double group_window_s = 0.02;          // training: who may join the fair-share leader's group
   double min_training_share = 0.3;       // of the executor's recent time, while training waits
+  // A training step that would take longer runs as micro-batches with gradient accumulation,
+  // other tenants' turns between them (0: steps stay whole; so does deterministic mode).
+  double max_training_turn_s = 0.020;
   int torch_threads = 0;                 // 0: all cores
   std::string state_dir = "/var/lib/nexus";  // checkpoints: <state_dir>/tenants/<uid>/<tenant>/ (0700)
   bool deterministic = false;            // one backbone pass per request (bitwise per-tenant results)
@@ -170,9 +173,11 @@ struct ModelStats {
   double head_seconds = 0;
   std::uint64_t input_bytes_packed = 0;  // arena bytes copied into group batches
   std::uint64_t rerun_groups = 0;        // group passes that failed and were re-run member by member
+  std::uint64_t split_steps = 0;         // SFT steps run as micro-batches (bounded training turns)
   std::size_t slots_resident = 0, slots_evicted = 0;
   std::size_t inference_queued = 0, training_queued = 0;
   double longest_training_turn_s = 0;    // what an inference request may wait behind, at most
+  double longest_shared_training_turn_s = 0;  // the same, of turns run while another tenant was active
   std::vector<ReplicaStats> replicas;    // ModelService::stats(): one per device, in config order
 };
 

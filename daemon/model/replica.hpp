@@ -32,6 +32,7 @@
 #include "daemon/model/slot_registry.hpp"
 #include "daemon/model/work.hpp"
 #include "daemon/model/work_queues.hpp"
+#include "daemon/sched/turn_sizer.hpp"
 
 namespace nexus::model::detail {
 
@@ -69,6 +70,9 @@ class Replica {
   void serve(std::uint64_t generation);
   void execute(WorkQueues::Turn& turn);
   std::map<std::string, double> run_single(Work& w);
+  // Samples a training turn may take within [model] max_training_turn_ms (0: steps stay whole:
+  // no budget, or deterministic mode).
+  std::int64_t split_above() const;  // holds mu_
   void note_registered(const std::string& tenant);
 
   const ModelConfig config_;
@@ -90,6 +94,12 @@ class Replica {
   std::set<std::string> attached_;                                    // GUARDED_BY(mu_): attached and registered
   bool stop_ = false;                                                 // GUARDED_BY(mu_)
   double busy_train_ = 0, busy_infer_ = 0;                            // GUARDED_BY(mu_): recent, decaying
+  sched::TurnSizer turn_sizer_;                                       // GUARDED_BY(mu_): training passes' cost
+  // Another tenant trained, or anyone asked for inference, within kContendedWithin: a step too big
+  // for one turn is split so that they are served between its micro-batches.
+  static constexpr auto kContendedWithin = std::chrono::seconds(2);
+  bool contended_ = false;                                            // GUARDED_BY(mu_)
+  sched::Clock::time_point last_inference_{};                         // GUARDED_BY(mu_)
   sched::Clock::time_point last_turn_end_ = sched::Clock::now();     // GUARDED_BY(mu_)
 
   mutable std::mutex stats_mu_;

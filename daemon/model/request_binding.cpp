@@ -71,6 +71,25 @@ std::optional<Failure> check_registration(const op::Register& r, const BackboneC
   return std::nullopt;
 }
 
+Bound micro_bound(Work& w, SlotEntry* slot) {
+  auto& m = std::get<MicroWork>(w);
+  StepChain& c = *m.chain;
+  Bound b;
+  b.kind = Bound::Kind::Micro;
+  b.work = &w;
+  b.slot = slot;
+  b.tenant = m.tenant;
+  b.chain = m.chain;
+  b.offset = c.next;
+  b.n = std::min(c.micro, c.n - c.next);
+  c.next += b.n;
+  auto rows = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(0, b.offset, b.n) : t; };
+  b.images = rows(c.images), b.tokens = rows(c.tokens), b.mask = rows(c.mask);
+  b.state = rows(c.state), b.actions = rows(c.actions);
+  b.gflop = c.gflop * static_cast<double>(b.n) / static_cast<double>(c.n);
+  return b;
+}
+
 std::optional<Failure> bind(Work& w, SlotEntry* slot, const BackboneConfig& bb, const CostModel& cost, Bound& b) {
   const HeadSpec* spec = slot ? &slot->trainer->head().spec() : nullptr;
   b.work = &w;

@@ -27,7 +27,8 @@ struct SlotEntry;  // slot_registry.hpp
 
 // A batchable work item made ready for a group pass.
 struct Bound {
-  enum class Kind { Sft, Predict, Features, Act } kind = Kind::Predict;
+  // Micro: rows [offset, offset + n) of a StepChain (an SFT step split into bounded turns).
+  enum class Kind { Sft, Predict, Features, Act, Micro } kind = Kind::Predict;
   Work* work = nullptr;
   SlotEntry* slot = nullptr;                  // null for features (no head)
   std::string tenant;
@@ -37,7 +38,13 @@ struct Bound {
   torch::Tensor tokens, mask, state, actions; // private copies (mask as bool)
   torch::Tensor out;                          // features: where they go (the tenant's memory)
   double gflop = 0;                           // estimated cost
+  std::shared_ptr<StepChain> chain;           // micro
+  std::int64_t offset = 0;                    // micro: the first row of the chain's batch
 };
+
+// The next micro-batch of `chain` as a bound member of a group pass (rows of its bound batch,
+// no copy); advances chain.next.
+Bound micro_bound(Work& w, SlotEntry* slot);
 
 struct CostModel {
   double backbone_gflop_per_sample = 0;  // 2 x parameters x sequence length

@@ -92,11 +92,46 @@ TenantSlot::Acted TenantSlot::act(const VLAFeature& f, const torch::Tensor& stat
   return {actions, gaussian_log_prob(out, actions), latest_version()};
 }
 
+TenantSlot::Accumulation TenantSlot::begin_step(std::int64_t total) {
+  head_->train();
+  optimizer_->zero_grad();
+  Accumulation acc;
+  acc.total = total;
+  acc.noise = head_->draw_noise(total, rng_, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
+  return acc;
+}
+
+void TenantSlot::micro_step(Accumulation& acc, const VLAFeature& f, const torch::Tensor& state,
+                            const torch::Tensor& actions, std::int64_t offset) {
+  check_inputs(f, state, &actions);
+  const auto n = actions.size(0);
+  head_->train();
+  torch::Tensor loss;
+  try {
+    const auto noise = acc.noise.defined() ? acc.noise.narrow(0, offset, n) : acc.noise;
+    // The whole batch's loss is the mean over its samples: this micro-batch's share is n / total.
+    loss = head_->loss_drawn(f, state, actions.to(torch::kFloat32), noise) *
+           (static_cast<double>(n) / static_cast<double>(acc.total));
+  } catch (const c10::Error& e) {
+    throw SlotError(true, e.what_without_backtrace());
+  }
+  loss.backward();  // gradients add up across micro-batches
+  acc.losses.push_back(loss.detach());
+}
+
+StepResult TenantSlot::finish_step(Accumulation& acc) {
+  return apply_gradients(torch::stack(acc.losses).sum());
+}
+
 StepResult TenantSlot::policy_step(const std::function<torch::Tensor(ActionHead&)>& loss_of) {
   head_->train();
   optimizer_->zero_grad();
   auto loss = loss_of(*head_);
   loss.backward();  // a NaN loss only makes NaN gradients: they are dropped below, never applied
+  return apply_gradients(loss);
+}
+
+StepResult TenantSlot::apply_gradients(const torch::Tensor& loss) {
   const auto norm = clip_gradients(head_->parameters(), config_.grad_clip);
   // The step's one host synchronisation: loss and norm, read together, before the update.
   // Read in place from the host copy: no .item() (tests/model/devices_test.cpp counts them).

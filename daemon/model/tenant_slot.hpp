@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <vector>
 #include <stdexcept>
 
 #include "daemon/model/heads.hpp"
@@ -60,6 +61,24 @@ class TenantSlot {
     std::uint64_t version = 0;
   };
   Acted act(const VLAFeature& features, const torch::Tensor& state);
+  // A step split into micro-batches (bounded training turns, docs/design/service.md): begin_step
+  // clears the gradients and draws the whole step's randomness; each micro_step adds its rows'
+  // share of the loss gradient (rows [offset, offset + n) of the step's `total`); finish_step
+  // clips and steps once, with the loss of the whole batch. The result equals sft_step on the
+  // whole batch within fp32 rounding (the same draws; sums in another order). Nothing else may
+  // train this slot between begin_step and finish_step (the executor keeps the tenant's other
+  // training work queued meanwhile). Throws SlotError like sft_step: from micro_step for a bad
+  // batch, from finish_step for NaN/Inf (no update made either way).
+  struct Accumulation {
+    torch::Tensor noise;                 // the whole step's draws ([total, ...]; undefined: none)
+    std::vector<torch::Tensor> losses;   // each micro-batch's weighted loss (summed at the end)
+    std::int64_t total = 0;
+  };
+  Accumulation begin_step(std::int64_t total);
+  void micro_step(Accumulation& acc, const VLAFeature& features, const torch::Tensor& state,
+                  const torch::Tensor& actions, std::int64_t offset);
+  StepResult finish_step(Accumulation& acc);
+
   // RL: one optimizer step on the loss that `loss_of` computes from the live head (clipping,
   // NaN checks and the step counter as in sft_step). Throws SlotError, slot untouched, on NaN.
   StepResult policy_step(const std::function<torch::Tensor(ActionHead&)>& loss_of);
@@ -100,6 +119,9 @@ class TenantSlot {
 
  private:
   void check_inputs(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor* actions) const;
+  // Clips, reads loss and norm in the step's one host synchronisation, and steps (or drops the
+  // gradients and throws SlotError on NaN/Inf).
+  StepResult apply_gradients(const torch::Tensor& loss);
   std::shared_ptr<ActionHead> head_;
   std::map<std::uint64_t, std::shared_ptr<ActionHead>> versions_;  // frozen copies, eval mode
   std::unique_ptr<torch::optim::AdamW> optimizer_;

@@ -43,13 +43,15 @@ bool needs_slot(const Work& w) {
 }
 
 bool is_batchable(const Work& w) {
-  if (std::holds_alternative<ActWork>(w)) return true;
+  if (std::holds_alternative<ActWork>(w) || std::holds_alternative<MicroWork>(w)) return true;
   const auto* t = std::get_if<TenantWork>(&w);
   return t && observation_of(t->request) != nullptr;
 }
 
 std::uint32_t samples_of(const Work& w) {
   if (const auto* a = std::get_if<ActWork>(&w)) return static_cast<std::uint32_t>(a->images.size(0));
+  if (const auto* m = std::get_if<MicroWork>(&w))
+    return static_cast<std::uint32_t>(std::min(m->chain->micro, m->chain->n - m->chain->next));
   const auto* t = std::get_if<TenantWork>(&w);
   const Observation* obs = t ? observation_of(t->request) : nullptr;
   if (!obs || obs->images.shape.size() != 5) return 1;
@@ -58,6 +60,7 @@ std::uint32_t samples_of(const Work& w) {
 
 std::uint64_t key_of(const Work& w) {
   if (const auto* a = std::get_if<ActWork>(&w)) return static_cast<std::uint64_t>(a->images.size(1));
+  if (const auto* m = std::get_if<MicroWork>(&w)) return static_cast<std::uint64_t>(m->chain->images.size(1));
   const auto* t = std::get_if<TenantWork>(&w);
   const Observation* obs = t ? observation_of(t->request) : nullptr;
   if (!obs || obs->images.shape.size() != 5) return 0;
@@ -65,14 +68,17 @@ std::uint64_t key_of(const Work& w) {
 }
 
 bool cancelled(const Work& w) {
-  const auto* t = std::get_if<TenantWork>(&w);
-  return t && t->request.alive && !t->request.alive->load();
+  const Request* r = nullptr;
+  if (const auto* t = std::get_if<TenantWork>(&w)) r = &t->request;
+  if (const auto* m = std::get_if<MicroWork>(&w)) r = &m->chain->request;
+  return r && r->alive && !r->alive->load();
 }
 
 void fail(Work& w, Fault fault, const std::string& reason) {
   std::visit(Overload{[&](TenantWork& t) { t.request.done(Failure{fault, reason}); },
                       [&](ActWork& a) { a.done.set_exception(std::make_exception_ptr(std::runtime_error(reason))); },
-                      [&](SlotWork& s) { s.done.set_exception(std::make_exception_ptr(std::runtime_error(reason))); }},
+                      [&](SlotWork& s) { s.done.set_exception(std::make_exception_ptr(std::runtime_error(reason))); },
+                      [&](MicroWork& m) { m.chain->request.done(Failure{fault, reason}); }},
              w);
 }
 

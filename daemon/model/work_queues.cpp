@@ -35,12 +35,29 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
                                                  std::chrono::microseconds& wait) {
   wait = std::chrono::microseconds::max();
   auto training_turn = [&]() -> std::optional<Turn> {
-    std::vector<sched::TrainingRequest> views;
-    views.reserve(training_.size());
+    // A tenant in the middle of a step split into micro-batches (a MicroWork queued) has only
+    // that step's next micro-batch eligible: its other training work would touch the slot whose
+    // gradients the step is accumulating.
+    std::set<std::uint64_t> chained;
     for (const auto& w : training_)
-      views.push_back({tenant_id(tenant_of(w)), key_of(w), samples_of(w), is_batchable(w), arrival_of(w)});
+      if (std::holds_alternative<MicroWork>(w)) chained.insert(tenant_id(tenant_of(w)));
+    std::vector<sched::TrainingRequest> views;
+    std::vector<std::size_t> position;  // views[i] is training_[position[i]]
+    views.reserve(training_.size());
+    for (std::size_t i = 0; i < training_.size(); ++i) {
+      const auto& w = training_[i];
+      const auto id = tenant_id(tenant_of(w));
+      if (chained.count(id) && !std::holds_alternative<MicroWork>(w)) continue;
+      views.push_back({id, key_of(w), samples_of(w), is_batchable(w), arrival_of(w)});
+      position.push_back(i);
+    }
+    if (views.empty()) return std::nullopt;
     const auto d = sched::pick_training(views, share.shares(), active_training, now, training);
-    if (!d.take.empty()) return Turn{take(training_, d.take), false};
+    if (!d.take.empty()) {
+      std::vector<std::size_t> take_at;
+      for (auto i : d.take) take_at.push_back(position[i]);
+      return Turn{take(training_, take_at), false};
+    }
     wait = std::min(wait, d.wait);
     return std::nullopt;
   };

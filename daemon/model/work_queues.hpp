@@ -2,7 +2,8 @@
 //   Inference Queue  predict and act, in arrival order; a turn when sched::decide says flush
 //                    (B samples, T waited, or every active tenant in the group).
 //   Training Queue   everything else, in arrival order; a turn when sched::pick_training says so
-//                    (the fair-share leader, alone or with a group).
+//                    (the fair-share leader, alone or with a group). A step split into
+//                    micro-batches (MicroWork) holds its tenant's other training work back.
 // Inference goes first at every turn; while it waits for its group to fill, training may take
 // a turn (so inference waits behind at most the turn in progress, never behind a queue). One
 // exception keeps saturated inference from starving training: while training's share of the
@@ -34,6 +35,8 @@ class WorkQueues {
   // nothing queued is lifted in `share`: it banks no credit for the time away. (A closed-loop
   // tenant, between its reply and its next step, is not idle.)
   void push(Work w, sched::FairShare& share, bool returning);
+  // The next micro-batch of a step already under way (GroupExecutor's continuations).
+  void push_continuation(Work w) { training_.push_back(std::move(w)); }
   // The next turn, or nullopt and how long until the decision may change by itself.
   // active_inference: tenants worth waiting for in an inference group (attached, registered);
   // active_training: those that trained lately.

@@ -158,7 +158,9 @@ void bind_status_records(py::module_& m) {
       .field("training_queued", &DaemonStatus::training_queued).field("slots_resident", &DaemonStatus::slots_resident)
       .field("slots_evicted", &DaemonStatus::slots_evicted).field("env_sessions", &DaemonStatus::env_sessions)
       .field("dataset_bytes", &DaemonStatus::dataset_bytes).field("rerun_groups", &DaemonStatus::rerun_groups)
+      .field("split_steps", &DaemonStatus::split_steps)
       .field("longest_training_turn_s", &DaemonStatus::longest_training_turn_s)
+      .field("longest_shared_training_turn_s", &DaemonStatus::longest_shared_training_turn_s)
       .field("health_restarts", &DaemonStatus::health_restarts).field("health", &DaemonStatus::health);
 }
 

@@ -22,6 +22,7 @@ struct Job {
   int nan_every = 0;
   int chunk = 4;
   int checkpoint_at = 0;
+  int batch = 0;  // 0: the tenant program's default
 };
 
 // Runs the jobs at once against one fresh daemon; returns each job's JSON report by name.
@@ -37,6 +38,8 @@ std::map<std::string, nlohmann::json> run_jobs(const std::vector<Job>& jobs, int
     tenants.push_back({j.name, j.head, j.seed,
                        {"--chunk", std::to_string(j.chunk), "--nan-every", std::to_string(j.nan_every),
                         "--checkpoint-at", std::to_string(j.checkpoint_at)}});
+  for (std::size_t i = 0; i < jobs.size(); ++i)
+    if (jobs[i].batch > 0) tenants[i].extra.insert(tenants[i].extra.end(), {"--batch", std::to_string(jobs[i].batch)});
   auto reports = run_sft_tenants(daemon, tenants, steps, out);
   if (status_after) *status_after = nexus::query_status(daemon.socket());
   return reports;
@@ -73,26 +76,35 @@ TEST_CASE("four tenants with different heads train at once through one daemon, g
 }
 
 TEST_CASE("a tenant's loss trajectory alone and grouped with three others is the same", "[integration][model][equivalence]") {
-  const auto alone = run_jobs({{"alice", "mlp_chunk", 1}}, 100);
-  const auto grouped = run_jobs({{"alice", "mlp_chunk", 1}, {"bob", "flow", 7, 0, 2}, {"carol", "gaussian", 9, 0, 8},
+  // Alice's batch of 96 is bigger than a training turn beside the others: grouped, her steps run
+  // as micro-batches (bounded training turns); alone they stay whole.
+  const Job alice{"alice", "mlp_chunk", 1, 0, 4, 0, 96};
+  const auto alone = run_jobs({alice}, 100);
+  nexus::DaemonStatus status;
+  const auto grouped = run_jobs({alice, {"bob", "flow", 7, 0, 2}, {"carol", "gaussian", 9, 0, 8},
                                  {"dave", "mlp_chunk", 11, 0, 1}},
-                                100);
+                                100, &status);
   const double worst = max_relative_difference(alone.at("alice"), grouped.at("alice"));
   INFO("max relative loss difference over 100 steps: " << worst);
   CHECK(worst <= 1e-4);  // default mode
+  CHECK(status.split_steps > 0);  // the path this test is about was taken
 }
 
 TEST_CASE("deterministic mode: a tenant's losses are bitwise the same alone and grouped, one pass per request",
           "[integration][model][equivalence][deterministic]") {
   const std::vector<std::string> det = {"--deterministic"};
-  const auto alone = run_jobs({{"alice", "mlp_chunk", 1}}, 100, nullptr, det);
+  // Alice's batch of 96 would be split beside the others in default mode; deterministic mode
+  // keeps steps whole (a split step equals the whole one only within fp32 rounding).
+  const Job alice{"alice", "mlp_chunk", 1, 0, 4, 0, 96};
+  const auto alone = run_jobs({alice}, 100, nullptr, det);
   nexus::DaemonStatus status;
-  const auto grouped = run_jobs({{"alice", "mlp_chunk", 1}, {"bob", "flow", 7, 0, 2}, {"carol", "gaussian", 9, 0, 8},
+  const auto grouped = run_jobs({alice, {"bob", "flow", 7, 0, 2}, {"carol", "gaussian", 9, 0, 8},
                                  {"dave", "mlp_chunk", 11, 0, 1}},
                                 100, &status, det);
   CHECK(alone.at("alice")["losses"] == grouped.at("alice")["losses"]);  // bitwise: %.17g round-trips
   // The mechanism: no request shares a backbone pass, so nobody's features depend on the group.
   CHECK(status.model_groups == status.model_requests);
+  CHECK(status.split_steps == 0);
   CHECK(status.model_requests >= 4 * 101);
 }
 

@@ -66,7 +66,11 @@ struct DaemonStatus {
   std::vector<JobInfo> jobs;
   std::uint64_t inference_queued = 0, training_queued = 0;
   std::uint64_t slots_resident = 0, slots_evicted = 0, env_sessions = 0, dataset_bytes = 0, rerun_groups = 0;
+  std::uint64_t split_steps = 0;  // SFT steps run as micro-batches (bounded training turns)
   double longest_training_turn_s = 0;  // what an inference request may wait behind, at most
+  // The longest turn run while another tenant was active: what a tenant beside a big one waits
+  // behind ([model] max_training_turn_ms splits steps then; alone, a step stays whole).
+  double longest_shared_training_turn_s = 0;
   std::uint64_t health_restarts = 0;    // roles the daemon's Health Manager restarted
   std::vector<std::string> health;      // which, how often, the last reason
   std::vector<UserUsage> users;         // every Unix user with names, slots or checkpoints

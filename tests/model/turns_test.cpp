@@ -1,0 +1,124 @@
+// Bounded training turns (docs/design/service.md): a step split into micro-batches with
+// gradient accumulation equals the unsplit step, and the Training Queue serves another tenant
+// between a big step's micro-batches, on a fake clock.
+// LibTorch first: c10 defines a glog-style CHECK that aborts; Catch must define the last one.
+#include <torch/torch.h>
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include "daemon/model/tenant_slot.hpp"
+#include "daemon/model/work_queues.hpp"
+
+using namespace nexus;
+
+namespace {
+
+model::VLAFeature features(std::int64_t n, std::int64_t dim) {
+  torch::manual_seed(11);
+  return {torch::randn({n, 4, dim}), torch::randn({n, dim}), torch::ones({n, 4}, torch::kBool)};
+}
+
+model::VLAFeature rows(const model::VLAFeature& f, std::int64_t from, std::int64_t n) {
+  return {f.tokens.narrow(0, from, n), f.pooled.narrow(0, from, n), f.mask.narrow(0, from, n)};
+}
+
+double max_difference(model::TenantSlot& a, model::TenantSlot& b) {
+  double worst = 0;
+  const auto pa = a.head().parameters(), pb = b.head().parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("a step split into micro-batches equals the unsplit step, draws and optimizer state included",
+          "[model][turns]") {
+  for (const std::string kind : {"mlp_chunk", "flow", "gaussian"}) {
+    DYNAMIC_SECTION(kind) {
+      const model::HeadSpec spec{.kind = kind, .state_dim = 3, .action_dim = 2, .chunk = 2, .hidden = 32};
+      model::TenantSlot whole(spec, {}, 48, 7), split(spec, {}, 48, 7);
+      const std::int64_t n = 16;
+      const auto f = features(n, 48);
+      torch::manual_seed(12);
+      const auto state = torch::randn({n, 3});
+      for (int step = 0; step < 3; ++step) {
+        const auto actions = torch::randn({n, 2, 2});
+        const auto a = whole.sft_step(f, state, actions);
+        auto acc = split.begin_step(n);
+        for (const auto [from, count] : {std::pair{0, 5}, {5, 6}, {11, 5}})
+          split.micro_step(acc, rows(f, from, count), state.narrow(0, from, count), actions.narrow(0, from, count), from);
+        const auto b = split.finish_step(acc);
+        CHECK(b.step == a.step);
+        CHECK(b.loss == Approx(a.loss).epsilon(1e-5));
+        CHECK(b.grad_norm == Approx(a.grad_norm).epsilon(1e-4));
+        CHECK(max_difference(whole, split) < 1e-5);
+      }
+      // The RNG streams moved alike: the next unsplit steps agree too.
+      const auto actions = torch::randn({n, 2, 2});
+      CHECK(split.sft_step(f, state, actions).loss == Approx(whole.sft_step(f, state, actions).loss).epsilon(1e-5));
+    }
+  }
+}
+
+TEST_CASE("a split step with a NaN in one micro-batch makes no update", "[model][turns][isolation]") {
+  model::TenantSlot slot({.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 16}, {}, 32, 3);
+  const auto f = features(8, 32);
+  slot.sft_step(f, {}, torch::zeros({8, 1, 2}));
+  const auto before = slot.digest();
+  auto acc = slot.begin_step(8);
+  slot.micro_step(acc, rows(f, 0, 4), {}, torch::zeros({4, 1, 2}), 0);
+  auto bad = torch::zeros({4, 1, 2});
+  bad[0][0][0] = std::numeric_limits<float>::infinity();
+  CHECK_THROWS_AS(slot.micro_step(acc, rows(f, 4, 4), {}, bad, 4), model::SlotError);
+  CHECK(slot.digest().parameters == before.parameters);
+  CHECK(slot.digest().step == before.step);
+  CHECK(slot.sft_step(f, {}, torch::zeros({8, 1, 2})).step == 2);  // and the next step is whole again
+}
+
+TEST_CASE("the Training Queue serves another tenant between a big step's micro-batches, on a fake clock",
+          "[model][turns][sched]") {
+  using namespace model::detail;
+  sched::FairShare share;
+  WorkQueues q;
+  const auto t0 = sched::Clock::time_point{} + std::chrono::seconds(100);
+  auto step = [&](const std::string& tenant, std::int64_t n) {
+    model::Request r;
+    r.tenant = tenant;
+    model::op::SftStep s;
+    s.obs.images.shape = {n, 1, 8, 8, 3};
+    r.op = s;
+    r.arrival = t0;
+    return Work{TenantWork{std::move(r)}};
+  };
+  // The big tenant is between two micro-batches of a 128-sample step, one more step queued behind
+  // it; the small tenant's 4-sample step arrives.
+  auto chain = std::make_shared<StepChain>();
+  chain->request.tenant = "big";
+  chain->images = torch::zeros({128, 1, 8, 8, 3}, torch::kUInt8);
+  chain->n = 128, chain->micro = 16, chain->next = 16;
+  q.push_continuation(MicroWork{chain, "big", t0});
+  q.push(step("big", 128), share, false);
+  q.push(step("small", 4), share, false);
+  share.charge(tenant_id("big"), 0.05);  // its first micro-batch's compute
+  const sched::BatchPolicy batch{64, std::chrono::microseconds(2000)};
+  const sched::TrainingPolicy training{batch, 0.02};
+  std::chrono::microseconds wait{};
+  const std::set<std::uint64_t> active = {tenant_id("big"), tenant_id("small")};
+  auto turn = q.next(t0 + std::chrono::milliseconds(1), batch, training, 0, active, share, false, wait);
+  REQUIRE(turn);
+  // The small tenant leads (less compute); the big tenant's queued step does not ride along while
+  // its micro-batches are unfinished: its other training work waits for the chain.
+  std::vector<std::string> who;
+  for (const auto& w : turn->works) who.push_back(tenant_of(w));
+  CHECK(who.front() == "small");
+  for (const auto& w : turn->works) CHECK_FALSE((tenant_of(w) == "big" && std::holds_alternative<TenantWork>(w)));
+  share.charge(tenant_id("small"), 0.06);
+  turn = q.next(t0 + std::chrono::milliseconds(2), batch, training, 0, active, share, false, wait);
+  REQUIRE(turn);
+  REQUIRE(turn->works.size() == 1);
+  CHECK(std::holds_alternative<MicroWork>(turn->works.front()));  // then the big step's next micro-batch
+  turn = q.next(t0 + std::chrono::milliseconds(3), batch, training, 0, active, share, false, wait);
+  REQUIRE(turn);  // with the chain no longer queued, the big tenant's next step may go
+  CHECK(tenant_of(turn->works.front()) == "big");
+  CHECK(std::holds_alternative<TenantWork>(turn->works.front()));
+}
