@@ -29,12 +29,15 @@ struct Master::Impl {
   const Completion complete;
   HealthManager health;  // first: the roles below deregister from it when they go
   std::shared_ptr<metrics::Accounting> accounting;
+  // Before the services: members go in reverse order, and a service that stops answers the
+  // work it still holds ("nexusd is stopping"), which releases that work's bytes here. Declared
+  // after them, this map was gone first: nexusd crashed at SIGTERM with work queued.
+  std::mutex memory_mu;
+  std::map<std::uint64_t, std::pair<std::string, std::uint64_t>> memory;  // GUARDED_BY(memory_mu): session -> tenant, bytes
   model::ModelService model;
   env::EnvService envs;
   env::DatasetStore datasets;
   JobRegistry jobs;
-  std::mutex memory_mu;
-  std::map<std::uint64_t, std::pair<std::string, std::uint64_t>> memory;  // GUARDED_BY(memory_mu): session -> tenant, bytes
   TenantLanes lanes;
 };
 

@@ -204,6 +204,7 @@ TEST_CASE("chaos: killed tenants, a daemon restart, a full disk and no descripto
   // nexusd stopped between steps and started again on the same state.
   const auto stopped = d->stop();
   INFO(read_file(d->log_path()));
+  INFO("nexusd's exit status: " << (stopped ? std::to_string(*stopped) : "still running after 60 s"));
   REQUIRE(stopped == 0);
   d = std::make_unique<Daemon>(daemon_args(state), nexusd);
   std::ofstream(dir.path + "/socket", std::ios::trunc) << d->socket();
