@@ -35,8 +35,11 @@ void tokenize(std::string_view text, const Tensor& tokens, const Tensor& token_m
 BackboneInfo Client::register_tenant(const TenantSpec& spec) {
   const auto id = state_->submit(wire::Body::RegisterRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
     const auto& h = spec.head;
+    const auto& a = h.adapter;
+    const bool adapted = a.rank != 0 || a.alpha != 0 || a.targets != 0 || a.blocks != 0;
+    auto adapter = adapted ? wire::CreateAdapterSpec(fbb, a.rank, a.alpha, a.targets, a.blocks) : 0;
     auto head = wire::CreateHeadSpec(fbb, fbb.CreateString(h.kind), h.state_dim, h.action_dim, h.chunk, h.hidden,
-                                     h.flow_steps, h.flow_noise, h.token_queries);
+                                     h.flow_steps, h.flow_noise, h.token_queries, adapter);
     const auto& o = spec.optimizer;
     auto opt = wire::CreateOptimizerSpec(fbb, o.lr, o.beta1, o.beta2, o.weight_decay, o.grad_clip);
     return wire::CreateRegisterRequest(fbb, spec.views, head, opt, spec.seed).Union();

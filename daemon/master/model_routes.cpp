@@ -99,6 +99,7 @@ std::variant<model::Request, ModelRouteError> to_model_request(const ServiceRequ
       reg.views = q->views();
       reg.head = {h->kind()->str(), h->state_dim(), h->action_dim(), h->chunk(), h->hidden(), h->flow_steps(),
                   h->flow_noise(), h->token_queries()};
+      if (const auto* a = h->adapter()) reg.head.adapter = {a->rank(), a->alpha(), a->targets(), a->blocks()};
       if (const auto* o = q->optimizer())
         reg.optimizer = {o->lr(), o->beta1(), o->beta2(), o->weight_decay(), o->grad_clip()};
       reg.seed = q->seed();

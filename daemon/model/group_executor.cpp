@@ -7,12 +7,12 @@ namespace nexus::model::detail {
 
 using daemon::log_text;
 using daemon::LogLevel;
-namespace {
-
 void answer(Bound& b, Result r) {
   if (b.chain) return b.chain->request.done(std::move(r));
   std::get<TenantWork>(*b.work).request.done(std::move(r));
 }
+
+namespace {
 
 // An SFT step too big for one turn becomes a StepChain: bound once (`b`, the whole batch), its
 // Work replaced in place by the chain's first micro-batch.
@@ -58,6 +58,7 @@ GroupExecutor::Ran GroupExecutor::run(std::vector<Work>& group, metrics::Service
     }
     if (std::holds_alternative<MicroWork>(w)) {
       bound.push_back(micro_bound(w, slot));
+      bound.back().adapter = slot->trainer->adapter();
       continue;
     }
     Bound b;
@@ -65,6 +66,7 @@ GroupExecutor::Ran GroupExecutor::run(std::vector<Work>& group, metrics::Service
       fail(w, f->fault, f->reason);
       continue;
     }
+    if (!resolve_adapter(b, slot)) continue;
     if (b.kind == Bound::Kind::Sft && split_above > 0 && b.n > split_above) {
       b = start_chain(w, std::move(b), split_above);
       std::lock_guard lk(stats_mu_);
@@ -74,7 +76,7 @@ GroupExecutor::Ran GroupExecutor::run(std::vector<Work>& group, metrics::Service
   }
   if (bound.empty()) return ran;
   if (!deterministic_) {
-    pass(bound, service, ran);
+    for (auto& round : adapter_rounds(bound)) pass(round, service, ran);
     continuations_ = nullptr;
     return ran;
   }
@@ -88,12 +90,24 @@ GroupExecutor::Ran GroupExecutor::run(std::vector<Work>& group, metrics::Service
 
 bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::string& error) {
   std::vector<torch::Tensor> images, tokens, masks;
-  for (auto& b : bound) images.push_back(b.images), tokens.push_back(b.tokens), masks.push_back(b.mask);
+  AdapterBatch adapters;  // each adapted member's samples, where they sit in the group's batch
+  bool training = false;
+  std::int64_t offset = 0;
+  for (auto& b : bound) {
+    images.push_back(b.images), tokens.push_back(b.tokens), masks.push_back(b.mask);
+    if (b.adapter) adapters.segments.push_back({offset, b.n, b.adapter});
+    training = training || b.trains_adapter();
+    offset += b.n;
+  }
   try {
     torch::NoGradGuard no_grad;
     auto img = torch::cat(images);  // the one copy of the images: packing the group batch
     // ... and, on a device, one host-to-device copy of each input (group_pack's place: gpu.md)
-    features = backbone_.forward(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)));
+    if (adapters.empty())
+      features = backbone_.forward(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)));
+    else
+      features = backbone_.forward_adapted(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)),
+                                           adapters, training);
     std::lock_guard lk(stats_mu_);
     // images, tokens (int32) and mask (one byte) of every sample, packed once
     stats_.input_bytes_packed += static_cast<std::uint64_t>(img.numel()) +
@@ -135,15 +149,22 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
     stats_.samples += static_cast<std::uint64_t>(samples);
     stats_.backbone_seconds += backbone_s;
   }
-  // Partition: each member gets narrow() views of the group's features, no copy.
+  // Partition: each member gets narrow() views of the group's features, no copy. Members that
+  // train an adapter get the views that carry its graph; everyone else a detached view, so that
+  // no other member's backward can reach into the pass.
   std::vector<PendingPrediction> predictions;
+  std::vector<DeferredStep> deferred;
+  const VLAFeature plain = features.pooled.requires_grad()
+                               ? VLAFeature{features.tokens.detach(), features.pooled.detach(), features.mask}
+                               : features;
   std::int64_t offset = 0;
   for (auto& b : bound) {
-    VLAFeature f{features.tokens.narrow(0, offset, b.n), features.pooled.narrow(0, offset, b.n),
-                 features.mask.narrow(0, offset, b.n)};
+    const VLAFeature& src = b.trains_adapter() ? features : plain;
+    VLAFeature f{src.tokens.narrow(0, offset, b.n), src.pooled.narrow(0, offset, b.n), src.mask.narrow(0, offset, b.n)};
     offset += b.n;
     const auto h0 = sched::Clock::now();
-    run_head(b, f, predictions);
+    if (b.trains_adapter()) defer_step(b, f, deferred);
+    else run_head(b, f, predictions);
     const double head_s = std::chrono::duration<double>(sched::Clock::now() - h0).count();
     const double seconds = backbone_s * static_cast<double>(b.n) / static_cast<double>(samples) + head_s;
     ran.charged[b.tenant] += seconds;
@@ -155,6 +176,7 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
     std::lock_guard lk(stats_mu_);
     stats_.head_seconds += head_s;
   }
+  if (!deferred.empty()) backward_deferred(deferred, service, ran);
   answer_predictions(predictions);
 }
 

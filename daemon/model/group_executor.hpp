@@ -25,6 +25,9 @@
 
 namespace nexus::model::detail {
 
+// Answers a bound member's request (a micro-batch: its chain's).
+void answer(Bound& b, Result r);
+
 class GroupExecutor {
  public:
   GroupExecutor(Backbone& backbone, torch::Device device, SlotRegistry& slots, CostModel cost, bool deterministic,
@@ -52,6 +55,21 @@ class GroupExecutor {
   bool run_micro(Bound& b, const VLAFeature& f);
   std::vector<Work>* continuations_ = nullptr;  // during run(): Ran::continuations
   void answer_predictions(std::vector<PendingPrediction>& predictions);
+
+  // Adapters (group_adapters.cpp). resolve_adapter sets b.adapter (false: b failed, answered).
+  // adapter_rounds: a second training step of the same adapter in one group would run on features
+  // its first step's update makes stale, so it goes in a later pass (round) of this turn, in order.
+  bool resolve_adapter(Bound& b, SlotEntry* slot);
+  static std::vector<std::vector<Bound>> adapter_rounds(std::vector<Bound>& bound);
+  // Adapter training: every such member's loss reaches back into the shared adapted pass, so the
+  // pass runs one backward for all of them (each tenant's gradients come from its own rows only:
+  // docs/design/adapters.md), then each applies its own update and is answered.
+  struct DeferredStep {
+    Bound* bound;
+    torch::Tensor loss;
+  };
+  void defer_step(Bound& b, const VLAFeature& f, std::vector<DeferredStep>& deferred);
+  void backward_deferred(std::vector<DeferredStep>& deferred, metrics::Service service, Ran& ran);
 
   torch::Tensor on_device(const torch::Tensor& t) const { return t.defined() ? t.to(device_) : t; }
 

@@ -151,7 +151,13 @@ torch::Tensor ActionHead::trunk_input(const VLAFeature& f, const torch::Tensor& 
   return with_state(torch::cat({f.pooled, attend(f, token_queries_).flatten(1)}, 1), state);  // [n, D (1 + Q) + S]
 }
 
-std::shared_ptr<ActionHead> make_head(const HeadSpec& s, std::int64_t feature_dim) {
+void ActionHead::attach_adapter() {
+  if (spec_.adapter.rank > 0) adapter_ = register_module("adapter", LoraAdapter(spec_.adapter));
+}
+
+namespace {
+
+std::shared_ptr<ActionHead> make_head_alone(const HeadSpec& s, std::int64_t feature_dim) {
   if (s.action_dim <= 0 || s.chunk <= 0 || s.hidden <= 0 || s.state_dim < 0 || s.flow_steps <= 0 ||
       !(s.flow_noise > 0))
     throw std::invalid_argument("head sizes must be positive (action_dim, chunk, hidden, flow_steps, flow_noise)");
@@ -162,6 +168,17 @@ std::shared_ptr<ActionHead> make_head(const HeadSpec& s, std::int64_t feature_di
   if (s.kind == "flow") return std::make_shared<FlowHead>(s, feature_dim);
   if (s.kind == "gaussian") return std::make_shared<GaussianHeadImpl>(s, feature_dim);
   throw std::invalid_argument("unknown head kind '" + s.kind + "' (mlp_chunk, flow, gaussian)");
+}
+
+}  // namespace
+
+std::shared_ptr<ActionHead> make_head(const HeadSpec& s, std::int64_t feature_dim) {
+  if (s.adapter.rank > 0 && s.adapter.dim != feature_dim)
+    throw std::invalid_argument("the adapter was made for a backbone of width " + std::to_string(s.adapter.dim) +
+                                ", this one is " + std::to_string(feature_dim));
+  auto head = make_head_alone(s, feature_dim);
+  head->attach_adapter();  // after the head's own parameters: a head-only slot draws as before
+  return head;
 }
 
 GaussianOutputs gaussian_outputs(ActionHead& head, const VLAFeature& f, const torch::Tensor& state) {

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "daemon/model/backbone.hpp"
+#include "daemon/model/lora.hpp"
 #include "daemon/model/slot_spec.hpp"
 
 namespace nexus::model {
@@ -41,6 +42,11 @@ class ActionHead : public torch::nn::Module {
                                    const torch::Tensor& noise) = 0;
   virtual torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator& gen) = 0;
 
+  // The tenant's adapter on the backbone (HeadSpec::adapter), null when it has none. It is a
+  // submodule of the head, so its parameters train, publish, checkpoint and digest with it.
+  const LoraAdapterImpl* adapter() const { return adapter_.is_empty() ? nullptr : adapter_.get(); }
+  void attach_adapter();  // make_head's: registers `adapter` when spec().adapter.rank > 0
+
  protected:
   torch::Tensor with_state(const torch::Tensor& pooled, const torch::Tensor& state) const;
   // The head's input: the pooled feature, the token queries' read-outs (HeadSpec::token_queries),
@@ -50,6 +56,7 @@ class ActionHead : public torch::nn::Module {
   void register_token_queries(std::int64_t feature_dim);  // call from the constructor
   HeadSpec spec_;
   torch::Tensor token_queries_;  // [token_queries, D]; undefined when there are none
+  LoraAdapter adapter_{nullptr};
 };
 
 // Throws std::invalid_argument for an unknown kind or non-positive sizes.

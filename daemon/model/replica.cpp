@@ -72,7 +72,7 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
                " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size) +
                " deterministic=" + (config.deterministic ? "true" : "false"));
   for (const auto& [tenant, p] : config.tenants) share_.configure(tenant_id(tenant), p.weight, p.priority);
-  registry_ = std::make_unique<SlotRegistry>(config, bc, device_, quotas);
+  registry_ = std::make_unique<SlotRegistry>(config, bc, device_, quotas, backbone_->supports_adapters());
   executor_ = std::make_unique<GroupExecutor>(*backbone_, device_, *registry_,
                                               make_cost_model(*backbone_, bc, config.max_request_gflop, builtin),
                                               config.deterministic, accounting_.get(), stats_, stats_mu_);

@@ -64,6 +64,13 @@ std::optional<Failure> check_registration(const op::Register& r, const BackboneC
     return Failure{Fault::BadRequest, "schema out of range: views 1.." + std::to_string(bb.max_views) +
                                           ", action_dim 1..64, chunk 1..64, state_dim 0..1024, hidden 1..4096, "
                                           "flow_steps 1..100, flow_noise (0, 100], token_queries 0..16 (0 for flow)"};
+  const auto& a = h.adapter;
+  if (a.rank != 0 || a.alpha != 0 || a.targets != 0 || a.blocks != 0) {
+    if (out_of(a.rank, 1, AdapterSpec::kMaxRank) || !(a.alpha >= 0 && a.alpha <= 1024) ||
+        (a.targets & ~AdapterSpec::kAdaptAll) != 0 || (bb.layers < 32 && (a.blocks >> bb.layers) != 0))
+      return Failure{Fault::BadRequest, "adapter out of range: rank 1..64, alpha [0, 1024] (0: = rank), targets of "
+                                        "q k v o mlp_in mlp_out, blocks 0.." + std::to_string(bb.layers - 1)};
+  }
   const auto& o = r.optimizer;
   if (!(o.lr > 0 && o.lr < 10) || !(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1) ||
       !(o.weight_decay >= 0) || !(o.grad_clip >= 0))
@@ -152,6 +159,9 @@ std::optional<Failure> bind(Work& w, SlotEntry* slot, const BackboneConfig& bb, 
     return Failure{Fault::BadBatch, "actions hold NaN or Inf"};
   b.gflop = static_cast<double>(n) * cost.backbone_gflop_per_sample +
             (spec ? head_gflop(*spec, bb.dim, n, b.kind == Bound::Kind::Sft) : 0.0);
+  // Training an adapter runs the backward through the backbone too: about twice its forward.
+  if (spec && spec->adapter.rank > 0 && b.kind == Bound::Kind::Sft)
+    b.gflop += 2.0 * static_cast<double>(n) * cost.backbone_gflop_per_sample;
   if (cost.budget_gflop > 0 && b.gflop > cost.budget_gflop)
     return Failure{Fault::OverBudget, "request over budget: an estimated " + std::to_string(static_cast<long>(b.gflop)) +
                                           " GFLOP against the per-request limit of " +

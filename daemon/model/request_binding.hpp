@@ -24,6 +24,11 @@ inline constexpr std::int32_t kMaxActionDim = 64, kMaxChunk = 64, kMaxStateDim =
 inline constexpr std::int64_t kByteVocabulary = 256;
 
 struct SlotEntry;  // slot_registry.hpp
+}  // namespace nexus::model::detail
+namespace nexus::model {
+class LoraAdapterImpl;  // lora.hpp
+}  // namespace nexus::model
+namespace nexus::model::detail {
 
 // A batchable work item made ready for a group pass.
 struct Bound {
@@ -40,6 +45,10 @@ struct Bound {
   double gflop = 0;                           // estimated cost
   std::shared_ptr<StepChain> chain;           // micro
   std::int64_t offset = 0;                    // micro: the first row of the chain's batch
+  // The tenant's adapter this pass applies to its samples (null: none): the live one for
+  // training and features, the version's for predict, the acting version's for RL acting.
+  const LoraAdapterImpl* adapter = nullptr;
+  bool trains_adapter() const { return adapter != nullptr && (kind == Kind::Sft || kind == Kind::Micro); }
 };
 
 // The next micro-batch of `chain` as a bound member of a group pass (rows of its bound batch,

@@ -13,8 +13,8 @@ using daemon::log_text;
 using daemon::LogLevel;
 
 SlotRegistry::SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device,
-                           UserQuotas& quotas)
-    : config_(config), backbone_(backbone), device_(device), quotas_(quotas) {}
+                           UserQuotas& quotas, bool adapters)
+    : config_(config), backbone_(backbone), device_(device), quotas_(quotas), adapters_(adapters) {}
 
 namespace {
 // Where a tenant's files are, without creating anything (tenant_dir creates).
@@ -120,8 +120,15 @@ bool SlotRegistry::write_eviction_file(const std::string& tenant, SlotEntry& e) 
   return true;
 }
 
-Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& r) {
-  if (auto f = check_registration(r, backbone_)) return *f;
+Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& asked) {
+  if (auto f = check_registration(asked, backbone_)) return *f;
+  op::Register r = asked;
+  if (auto& a = r.head.adapter; a.rank > 0) {
+    if (!adapters_)
+      return Failure{Fault::BadRequest, "this backbone takes no adapters (a TorchScript or AOTInductor graph does not "
+                                        "name its projections): register the head alone (adapter rank 0)"};
+    a.layers = backbone_.layers, a.dim = backbone_.dim, a.mlp_hidden = backbone_.mlp_ratio * backbone_.dim;
+  }
   std::unique_ptr<TenantSlot> slot;
   try {
     slot = std::make_unique<TenantSlot>(r.head, r.optimizer, backbone_.dim, r.seed, device_);
@@ -135,7 +142,7 @@ Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t ui
   log_text(LogLevel::Info, "register",
            "tenant=" + tenant + " head=" + h.kind + " views=" + std::to_string(r.views) + " state_dim=" +
                std::to_string(h.state_dim) + " action_dim=" + std::to_string(h.action_dim) + " chunk=" +
-               std::to_string(h.chunk));
+               std::to_string(h.chunk) + " adapter_rank=" + std::to_string(h.adapter.rank));
   return BackboneInfo{backbone_.name, backbone_.image_size, backbone_.max_views, backbone_.max_tokens, backbone_.dim};
 }
 

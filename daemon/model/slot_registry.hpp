@@ -38,8 +38,10 @@ struct SlotEntry {
 
 class SlotRegistry {
  public:
-  // Slots it makes or loads live on `device` (its replica's).
-  SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device, UserQuotas& quotas);
+  // Slots it makes or loads live on `device` (its replica's). `adapters`: the backbone takes
+  // tenants' adapters (Backbone::supports_adapters); registrations with one are refused if not.
+  SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device, UserQuotas& quotas,
+               bool adapters = true);
 
   // The tenant's slot, restored from its eviction file if it is not resident (evicted idle, or
   // checkpointed at a stop) and its owner's file exists; nullptr if it has none (never registered,
@@ -95,6 +97,7 @@ class SlotRegistry {
   const BackboneConfig backbone_;
   const torch::Device device_;
   UserQuotas& quotas_;
+  const bool adapters_;
   std::map<std::string, SlotEntry> slots_;        // executor thread only
   std::map<std::string, std::uint32_t> evicted_;  // executor thread only: evicted idle (owner uid), not resident
 

@@ -103,6 +103,11 @@ TenantSlot::Accumulation TenantSlot::begin_step(std::int64_t total) {
 
 void TenantSlot::micro_step(Accumulation& acc, const VLAFeature& f, const torch::Tensor& state,
                             const torch::Tensor& actions, std::int64_t offset) {
+  micro_loss(acc, f, state, actions, offset).backward();  // gradients add up across micro-batches
+}
+
+torch::Tensor TenantSlot::micro_loss(Accumulation& acc, const VLAFeature& f, const torch::Tensor& state,
+                                     const torch::Tensor& actions, std::int64_t offset) {
   check_inputs(f, state, &actions);
   const auto n = actions.size(0);
   head_->train();
@@ -115,8 +120,30 @@ void TenantSlot::micro_step(Accumulation& acc, const VLAFeature& f, const torch:
   } catch (const c10::Error& e) {
     throw SlotError(true, e.what_without_backtrace());
   }
-  loss.backward();  // gradients add up across micro-batches
   acc.losses.push_back(loss.detach());
+  return loss;
+}
+
+torch::Tensor TenantSlot::step_loss(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions) {
+  check_inputs(f, state, &actions);
+  head_->train();
+  optimizer_->zero_grad();
+  try {
+    return head_->loss(f, state, actions.to(torch::kFloat32), rng_);
+  } catch (const c10::Error& e) {
+    throw SlotError(true, e.what_without_backtrace());
+  }
+}
+
+const LoraAdapterImpl* TenantSlot::adapter(std::uint64_t version) const {
+  if (version == 0) return head_->adapter();
+  auto it = versions_.find(version);
+  if (it == versions_.end()) throw std::out_of_range("version " + std::to_string(version) + " was never published, or is no longer kept");
+  return it->second->adapter();
+}
+
+const LoraAdapterImpl* TenantSlot::acting_adapter() const {
+  return versions_.empty() ? head_->adapter() : versions_.rbegin()->second->adapter();
 }
 
 StepResult TenantSlot::finish_step(Accumulation& acc) {
@@ -283,6 +310,7 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
       {"versions", versions},
       {"published", published_},
       {"extra", extra}};
+  if (h.adapter.rank > 0) manifest["head"]["adapter"] = adapter_to_json(h.adapter);
   f.metadata["nexus.manifest"] = manifest.dump();
   // Private to the daemon's user, each file written atomically: after a crash a checkpoint is
   // the previous one or this one (the manifest inside the .safetensors is the one loads read).
@@ -301,7 +329,8 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
     const auto& h = manifest.at("head");
     HeadSpec spec{h.at("kind"), h.at("state_dim"), h.at("action_dim"), h.at("chunk"),
                   h.at("hidden"), h.at("flow_steps"), h.at("flow_noise"),
-                  h.value("token_queries", std::int64_t{0})};  // absent in checkpoints written before it
+                  h.value("token_queries", std::int64_t{0}),  // absent in checkpoints written before it
+                  adapter_from_json(h)};
     const auto& o = manifest.at("optimizer");
     OptimizerConfig opt{o.at("lr"), o.at("beta1"), o.at("beta2"), o.at("weight_decay"), o.at("grad_clip")};
     auto slot = std::make_unique<TenantSlot>(spec, opt, feature_dim, 0, device);

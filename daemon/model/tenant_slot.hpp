@@ -79,6 +79,20 @@ class TenantSlot {
                   const torch::Tensor& actions, std::int64_t offset);
   StepResult finish_step(Accumulation& acc);
 
+  // Adapter tenants (HeadSpec::adapter): their losses reach back into one shared adapted backbone
+  // pass, so the group runs one backward for all of them (GroupExecutor) instead of each its own.
+  // step_loss clears the gradients and returns the step's loss with its graph; micro_loss is
+  // micro_step without the backward. After the caller's backward, finish_deferred clips, checks
+  // and steps as sft_step does (SlotError on NaN/Inf, no update made).
+  torch::Tensor step_loss(const VLAFeature& features, const torch::Tensor& state, const torch::Tensor& actions);
+  torch::Tensor micro_loss(Accumulation& acc, const VLAFeature& features, const torch::Tensor& state,
+                           const torch::Tensor& actions, std::int64_t offset);
+  StepResult finish_deferred(const torch::Tensor& loss) { return apply_gradients(loss); }
+  // The adapter of the live head (version 0) or of a published version; null for a head-only
+  // slot. acting_adapter: the one act() uses (the newest version, else the live head's).
+  const LoraAdapterImpl* adapter(std::uint64_t version = 0) const;
+  const LoraAdapterImpl* acting_adapter() const;
+
   // RL: one optimizer step on the loss that `loss_of` computes from the live head (clipping,
   // NaN checks and the step counter as in sft_step). Throws SlotError, slot untouched, on NaN.
   StepResult policy_step(const std::function<torch::Tensor(ActionHead&)>& loss_of);

@@ -52,6 +52,11 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
       // would need every step's tokens kept too.
       if (h.token_queries != 0)
         throw std::runtime_error("RL heads read the pooled feature only: register the gaussian head with token_queries 0");
+      // An adapter's PPO update would have to re-run the adapted backbone on every stored
+      // observation; the records keep features, so its adapter would never learn (adapters.md).
+      if (h.adapter.rank > 0)
+        throw std::runtime_error("RL jobs train the head alone for now: register the gaussian head without an adapter "
+                                 "(adapters train with SFT; docs/design/adapters.md)");
       torch::manual_seed(c.seed);  // the value head's initialisation, under the executor's lock
       value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256);
       value_opt_ = std::make_unique<torch::optim::AdamW>(value_->parameters(), torch::optim::AdamWOptions(c.update.value_lr));

@@ -55,7 +55,13 @@ void bind_model_records(py::module_& m) {
       .field("kind", &HeadSpec::kind).field("state_dim", &HeadSpec::state_dim)
       .field("action_dim", &HeadSpec::action_dim).field("chunk", &HeadSpec::chunk)
       .field("hidden", &HeadSpec::hidden).field("flow_steps", &HeadSpec::flow_steps)
-      .field("flow_noise", &HeadSpec::flow_noise).field("token_queries", &HeadSpec::token_queries);
+      .field("flow_noise", &HeadSpec::flow_noise).field("token_queries", &HeadSpec::token_queries)
+      .field("adapter", &HeadSpec::adapter);
+  Record<AdapterSpec>(m, "AdapterSpec",
+                      "A low-rank adapter on the backbone: rank 1..64 (0: none), alpha (0: = rank), targets "
+                      "(bits q 1, k 2, v 4, o 8, mlp_in 16, mlp_out 32; 0: all), blocks (bit i: block i; 0: all).")
+      .field("rank", &AdapterSpec::rank).field("alpha", &AdapterSpec::alpha)
+      .field("targets", &AdapterSpec::targets).field("blocks", &AdapterSpec::blocks);
   Record<OptimizerSpec>(m, "OptimizerSpec", "AdamW with global grad-norm clipping.")
       .field("lr", &OptimizerSpec::lr).field("beta1", &OptimizerSpec::beta1).field("beta2", &OptimizerSpec::beta2)
       .field("weight_decay", &OptimizerSpec::weight_decay).field("grad_clip", &OptimizerSpec::grad_clip);

@@ -9,6 +9,8 @@
 
 #include "kernels/group_pack.hpp"
 #include "kernels/partition_scatter.hpp"
+#include "kernels/sgmv.hpp"
+#include "daemon/model/lora.hpp"
 #ifdef NEXUS_WITH_CUDA
 #include <cuda_runtime.h>
 #endif
@@ -78,6 +80,62 @@ TEST_CASE("partition scatter (CPU reference) copies each target's rows, refuses 
   CHECK_THROWS_AS(partition_scatter_cpu(features.data_ptr<float>(), 10, 6, negative.data(), negative.size()), std::invalid_argument);
 }
 
+namespace {
+
+// Three tenants' adapters (ranks 3, 8 and 1) over 5 samples of 4 tokens; sample 2 has none.
+struct SgmvCase {
+  std::int64_t n = 5, s = 4, in = 24, out = 20, max_rank = 8;
+  torch::Tensor x = torch::randn({n, s, in}, at::make_generator<at::CPUGeneratorImpl>(4));
+  std::vector<std::int64_t> first = {0, 3, 4}, rows = {2, 1, 1}, ranks = {3, 8, 1};
+  std::vector<double> scales = {2.0, 0.25, 1.0};
+  std::vector<torch::Tensor> as, bs;
+  SgmvCase() {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    for (auto r : ranks) as.push_back(torch::randn({in, r}, gen)), bs.push_back(torch::randn({r, out}, gen));
+  }
+  // Segments over token rows (sample i's tokens are rows i*s .. i*s+s-1).
+  std::vector<SgmvSegment> segments(bool device_weights, std::vector<torch::Tensor>& keep) const {
+    std::vector<SgmvSegment> out_segments;
+    for (std::size_t k = 0; k < first.size(); ++k) {
+      auto a = device_weights ? as[k].to(torch::kCUDA) : as[k];
+      auto b = device_weights ? bs[k].to(torch::kCUDA) : bs[k];
+      keep.push_back(a), keep.push_back(b);
+      out_segments.push_back({first[k] * s, rows[k] * s, a.data_ptr<float>(), b.data_ptr<float>(), ranks[k],
+                              static_cast<float>(scales[k])});
+    }
+    return out_segments;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("SGMV shrink and expand (CPU reference) are the model's segmented LoRA delta; bad segments refused",
+          "[kernels][adapters]") {
+  SgmvCase c;
+  std::vector<torch::Tensor> keep;
+  const auto segments = c.segments(false, keep);
+  const SgmvShape shape{c.n * c.s, c.in, c.out, c.max_rank};
+  auto h = torch::full({c.n * c.s, c.max_rank}, 7.0f);  // every entry is written
+  auto y = torch::zeros({c.n * c.s, c.out});
+  sgmv_shrink_cpu(c.x.data_ptr<float>(), h.data_ptr<float>(), shape, segments.data(), segments.size());
+  sgmv_expand_cpu(h.data_ptr<float>(), y.data_ptr<float>(), shape, segments.data(), segments.size());
+  const auto expected = nexus::model::segmented_lora_delta(c.x, c.first, c.rows, c.as, c.bs, c.scales, c.out);
+  CHECK((y.view({c.n, c.s, c.out}) - expected).abs().max().item<double>() < 1e-5 * std::max(1.0, expected.abs().max().item<double>()));
+  CHECK(torch::equal(h.narrow(0, 2 * c.s, c.s), torch::zeros({c.s, c.max_rank})));  // sample 2: no segment
+  auto overlap = segments;
+  overlap[1].first_row = 1;
+  CHECK_THROWS_AS(sgmv_shrink_cpu(c.x.data_ptr<float>(), h.data_ptr<float>(), shape, overlap.data(), overlap.size()),
+                  std::invalid_argument);
+  auto too_wide = segments;
+  too_wide[0].rank = 9;
+  CHECK_THROWS_AS(sgmv_expand_cpu(h.data_ptr<float>(), y.data_ptr<float>(), shape, too_wide.data(), too_wide.size()),
+                  std::invalid_argument);
+  auto overrun = segments;
+  overrun[2].rows = 5;
+  CHECK_THROWS_AS(sgmv_shrink_cpu(c.x.data_ptr<float>(), h.data_ptr<float>(), shape, overrun.data(), overrun.size()),
+                  std::invalid_argument);
+}
+
 TEST_CASE("CUDA kernels match their CPU references bitwise (needs a GPU)", "[kernels][cuda]") {
   if (!cuda_device_present()) {
     WARN("no CUDA device here: the CUDA kernels are compiled and linked, not run");
@@ -125,5 +183,25 @@ TEST_CASE("CUDA kernels match their CPU references bitwise (needs a GPU)", "[ker
   }
   cudaFree(d_out);
   for (void* d : allocations) cudaFree(d);
+
+  // SGMV: the same sums in the same order (no FMA contraction on either side): within fp32 rounding.
+  SgmvCase sc;
+  std::vector<torch::Tensor> host_keep, device_keep;
+  const auto host_segments = sc.segments(false, host_keep);
+  const auto device_segments = sc.segments(true, device_keep);
+  const SgmvShape shape{sc.n * sc.s, sc.in, sc.out, sc.max_rank};
+  auto h = torch::empty({sc.n * sc.s, sc.max_rank});
+  auto y = torch::randn({sc.n * sc.s, sc.out});
+  auto y_gpu = y.to(torch::kCUDA);
+  auto h_gpu = torch::empty({sc.n * sc.s, sc.max_rank}, torch::kCUDA);
+  auto x_gpu = sc.x.to(torch::kCUDA);
+  sgmv_shrink_cpu(sc.x.data_ptr<float>(), h.data_ptr<float>(), shape, host_segments.data(), host_segments.size());
+  sgmv_expand_cpu(h.data_ptr<float>(), y.data_ptr<float>(), shape, host_segments.data(), host_segments.size());
+  REQUIRE(sgmv_shrink_cuda(x_gpu.data_ptr<float>(), h_gpu.data_ptr<float>(), shape, device_segments.data(),
+                           device_segments.size(), nullptr) == 0);
+  REQUIRE(sgmv_expand_cuda(h_gpu.data_ptr<float>(), y_gpu.data_ptr<float>(), shape, device_segments.data(),
+                           device_segments.size(), nullptr) == 0);
+  CHECK(torch::allclose(h_gpu.cpu(), h, 1e-5, 1e-5));
+  CHECK(torch::allclose(y_gpu.cpu(), y, 1e-5, 1e-5));
 #endif
 }

@@ -11,6 +11,17 @@
 
 namespace nexus {
 
+// A low-rank adapter (LoRA) on the resident backbone, trained with the head on this tenant's
+// samples only: the backbone itself stays frozen and shared (docs/design/adapters.md). The
+// built-in backbones only.
+struct AdapterSpec {
+  std::int32_t rank = 0;       // 1..64; 0: no adapter (the head alone)
+  double alpha = 0;            // the update is scaled by alpha / rank; 0: alpha = rank
+  std::uint32_t targets = 0;   // which projections (kAdapt* bits below); 0: all six
+  std::uint32_t blocks = 0;    // bit i: encoder block i; 0: every block
+  static constexpr std::uint32_t kQ = 1, kK = 2, kV = 4, kO = 8, kMlpIn = 16, kMlpOut = 32;
+};
+
 struct HeadSpec {
   std::string kind = "mlp_chunk";  // mlp_chunk, flow, gaussian
   std::int32_t state_dim = 0;      // proprioceptive state per sample (0: none)
@@ -23,6 +34,7 @@ struct HeadSpec {
   // the pooled feature (0: pooled alone). The pooled feature carries mostly the one object an
   // instruction names; give a task about two objects (a block and its goal) a few queries.
   std::int32_t token_queries = 0;
+  AdapterSpec adapter;             // rank > 0: also train a low-rank adapter on the backbone
 };
 
 struct OptimizerSpec {  // AdamW with global grad-norm clipping

@@ -1,0 +1,151 @@
+// Tenants' adapters through nexusd (docs/design/adapters.md): a spec out of range is refused with
+// a typed error; adapter tenants train beside head-only ones in shared passes, one with a huge
+// learning rate harming nobody; a pinned version evaluates as published; features mode returns
+// the adapted features; a stop and a restart bring the adapter back.
+#include <catch2/catch.hpp>
+
+#include <random>
+#include <thread>
+
+#include "nexus/client.hpp"
+#include "processes.hpp"
+
+using namespace nexus::test;
+
+namespace {
+
+constexpr int kBatch = 6;
+
+struct Batch {
+  nexus::Tensor images, tokens, mask, actions;
+  nexus::Observation obs() const { return {&images, &tokens, &mask, nullptr}; }
+};
+
+// A fixed batch per seed: actions follow the image's mean brightness, so there is something to learn.
+Batch make_batch(nexus::Client& c, const nexus::BackboneInfo& bb, unsigned seed) {
+  std::mt19937 rng(seed);
+  Batch b{c.alloc(nexus::DType::UInt8, {kBatch, 1, bb.image_size, bb.image_size, 3}),
+          c.alloc(nexus::DType::Int32, {kBatch, bb.max_tokens}), c.alloc(nexus::DType::UInt8, {kBatch, bb.max_tokens}),
+          c.alloc(nexus::DType::Float32, {kBatch, 1, 2})};
+  const std::size_t per = b.images.raw().size() / kBatch;
+  auto* act = reinterpret_cast<float*>(b.actions.raw().data());
+  for (int i = 0; i < kBatch; ++i) {
+    const auto level = static_cast<int>(rng() % 200);
+    for (std::size_t k = 0; k < per; ++k) b.images.raw()[i * per + k] = static_cast<std::uint8_t>(level + rng() % 56);
+    act[2 * i] = static_cast<float>(level) / 100.0f - 1.0f;
+    act[2 * i + 1] = 0.5f;
+  }
+  for (auto& v : b.tokens.raw()) v = 0;
+  for (auto& v : b.mask.raw()) v = 1;
+  return b;
+}
+
+nexus::ErrorCode code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const nexus::Error& e) {
+    return e.code();
+  }
+  return nexus::ErrorCode::None;
+}
+
+nexus::TenantSpec adapted(int rank, double lr = 1e-3) {
+  nexus::TenantSpec s{.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 64}, .seed = 3};
+  s.head.adapter.rank = rank;
+  s.optimizer.lr = lr;
+  return s;
+}
+
+std::vector<std::string> flags(const std::string& state) {
+  return {"--weights", tiny_weights_path(), "--log-level", "warn", "--state-dir", state};
+}
+
+}  // namespace
+
+TEST_CASE("adapter tenants train beside head-only ones in shared passes; a bad spec is a typed error; versions, "
+          "features and a restart keep the adapter",
+          "[integration][model][adapters]") {
+  TempDir dir;
+  const std::string state = dir.path + "/state";
+  nexus::SlotDigest before_stop;
+  std::vector<float> pinned_actions;
+  {
+    Daemon d(flags(state));
+    auto opts = [&](const std::string& t) {
+      return nexus::ClientOptions{.socket_path = d.socket(), .tenant = t, .timeout = std::chrono::seconds(120)};
+    };
+    auto ada = nexus::Client::attach(opts("ada"));
+    // Out of range: rank, projections, blocks (tiny has two), alpha.
+    for (auto bad : {[] { auto s = adapted(65); return s; }(), [] { auto s = adapted(8); s.head.adapter.targets = 64; return s; }(),
+                     [] { auto s = adapted(8); s.head.adapter.blocks = 0b100; return s; }(),
+                     [] { auto s = adapted(8); s.head.adapter.alpha = -1; return s; }(),
+                     [] { auto s = adapted(0); s.head.adapter.alpha = 4; return s; }()})
+      CHECK(code_of([&] { ada->register_tenant(bad); }) == nexus::ErrorCode::BadMessage);
+    const auto bb = ada->register_tenant(adapted(8));
+    auto plain = nexus::Client::attach(opts("plain"));
+    plain->register_tenant(adapted(0));
+    auto wild = nexus::Client::attach(opts("wild"));
+    wild->register_tenant(adapted(4, /*lr=*/9.0));
+
+    const int steps = 40;
+    std::vector<std::vector<double>> losses(3);
+    std::vector<int> refused(3, 0), other_errors(3, 0);
+    std::vector<nexus::Client*> clients = {ada.get(), plain.get(), wild.get()};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t)
+      threads.emplace_back([&, t] {
+        auto& c = *clients[static_cast<std::size_t>(t)];
+        for (int i = 0; i < steps; ++i) {
+          const auto b = make_batch(c, bb, static_cast<unsigned>(i % 4));
+          try {
+            losses[static_cast<std::size_t>(t)].push_back(c.sft_step(b.obs(), b.actions).loss);
+          } catch (const nexus::Error& e) {
+            ++(e.code() == nexus::ErrorCode::BadBatch ? refused : other_errors)[static_cast<std::size_t>(t)];
+          }
+        }
+      });
+    for (auto& th : threads) th.join();
+    const auto st = nexus::query_status(d.socket());
+    INFO("groups " << st.model_groups << " requests " << st.model_requests);
+    CHECK(st.model_requests > st.model_groups);  // some passes served several tenants
+    for (int t = 0; t < 2; ++t) {
+      INFO("tenant " << t);
+      CHECK(refused[static_cast<std::size_t>(t)] == 0);
+      CHECK(other_errors[static_cast<std::size_t>(t)] == 0);
+      REQUIRE(losses[static_cast<std::size_t>(t)].size() == steps);
+      CHECK(losses[static_cast<std::size_t>(t)].back() < losses[static_cast<std::size_t>(t)].front());
+    }
+    CHECK(other_errors[2] == 0);  // the wild one: its steps go through or are refused (BadBatch), nothing else
+
+    // A published version evaluates as it was published, however the adapter trains on.
+    const auto probe = make_batch(*ada, bb, 99);
+    const auto v = ada->publish();
+    pinned_actions = ada->predict(probe.obs(), v).actions;
+    for (int i = 0; i < 5; ++i) ada->sft_step(probe.obs(), probe.actions);
+    CHECK(ada->predict(probe.obs(), v).actions == pinned_actions);
+    CHECK(ada->predict(probe.obs()).actions != pinned_actions);
+
+    // Features mode returns the tenant's adapted features: not the plain backbone's.
+    auto out_a = ada->alloc(nexus::DType::Float32, {kBatch, bb.feature_dim});
+    auto out_p = plain->alloc(nexus::DType::Float32, {kBatch, bb.feature_dim});
+    const auto probe_p = make_batch(*plain, bb, 99);
+    ada->features(probe.obs(), out_a);
+    plain->features(probe_p.obs(), out_p);
+    CHECK(out_a.raw().size() == out_p.raw().size());
+    CHECK_FALSE(std::equal(out_a.raw().begin(), out_a.raw().end(), out_p.raw().begin()));
+
+    before_stop = ada->slot_digest();
+    ada.reset(), plain.reset(), wild.reset();
+    INFO(read_file(d.log_path()));
+    REQUIRE(d.stop() == 0);  // every changed slot checkpointed, adapters included
+  }
+  Daemon d(flags(state));
+  auto ada = nexus::Client::attach({.socket_path = d.socket(), .tenant = "ada", .timeout = std::chrono::seconds(120)});
+  const auto bb = ada->backbone();
+  const auto after = ada->slot_digest();
+  CHECK(after.parameters == before_stop.parameters);
+  CHECK(after.optimizer == before_stop.optimizer);
+  CHECK(after.step == before_stop.step);
+  const auto probe = make_batch(*ada, bb, 99);
+  CHECK(ada->predict(probe.obs(), after.latest_version).actions == pinned_actions);
+}
