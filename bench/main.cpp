@@ -4,10 +4,12 @@
 //   nexus-bench env [--json]    simulator steps/s with rendering; rollouts grouped vs serial
 //   nexus-bench workload [--json] [--scale S] [--out DIR]   the reference mix shared vs isolated
 //   nexus-bench fairness [--json]  weighted fair share; inference latency behind training
+//   nexus-bench adapters [--json]  per-tenant LoRA: grouped pass vs a pass per tenant vs none
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "env.hpp"
+#include "adapters.hpp"
 #include "group.hpp"
 #include "workload.hpp"
 
@@ -58,6 +60,17 @@ int main(int argc, char** argv) {
   group_cmd->add_flag("--json", group.json, "last line: one JSON object of figures");
 #endif
 #ifdef NEXUS_BENCH_WITH_GROUP
+  nexus::bench::AdaptersOptions adapters;
+  auto* adapters_cmd = app.add_subcommand("adapters", "per-tenant LoRA: one grouped pass vs a pass per tenant vs none");
+  adapters_cmd->add_option("--backbone", adapters.backbone, "tiny or small (seeded weights)");
+  adapters_cmd->add_option("--tenants", adapters.tenants, "tenant counts")->delimiter(',');
+  adapters_cmd->add_option("--batch", adapters.batch, "samples per tenant")->check(CLI::Range(1, 64));
+  adapters_cmd->add_option("--rank", adapters.rank, "each adapter's rank, on every block and projection")
+      ->check(CLI::Range(1, 64));
+  adapters_cmd->add_option("--rounds", adapters.rounds, "timed passes per measurement")->check(CLI::Range(1, 1000));
+  adapters_cmd->add_option("--repeats", adapters.repeats, "measurements per cell (median)")->check(CLI::Range(1, 50));
+  adapters_cmd->add_option("--device", adapters.device, "cpu or cuda (cuda:N)");
+  adapters_cmd->add_flag("--json", adapters.json, "last line: one JSON object of figures");
   nexus::bench::WorkloadOptions workload{.nexusctl = NEXUS_BENCH_NEXUSCTL, .rl_tenant = NEXUS_BENCH_RL_TENANT,
                                          .sft_demos_tenant = NEXUS_BENCH_SFT_DEMOS_TENANT, .python = NEXUS_BENCH_PYTHON,
                                          .plot_script = NEXUS_BENCH_PLOT_TIMELINE};
@@ -82,6 +95,7 @@ int main(int argc, char** argv) {
 #ifdef NEXUS_BENCH_WITH_GROUP
   group.nexusd = ipc.nexusd;
   if (group_cmd->parsed()) return nexus::bench::run_group(group);
+  if (adapters_cmd->parsed()) return nexus::bench::run_adapters(adapters);
   workload.nexusd = fairness.nexusd = ipc.nexusd;
   if (workload_cmd->parsed()) return nexus::bench::run_workload(workload);
   if (fairness_cmd->parsed()) return nexus::bench::run_fairness(fairness);

@@ -41,7 +41,7 @@ log "nvcc $nvcc_version: $cuda_objects of $cuda_sources CUDA sources compiled"
 if [ "$cuda_objects" -ne "$cuda_sources" ]; then log "FAIL: a CUDA source was not compiled"; exit 1; fi
 
 log "kernel and device tests (CPU references always; CUDA against them where a GPU is)"
-if ! (cd "$here" && ctest --preset "$preset" -V -R 'CUDA kernels|group pack|partition scatter|model\.devices: ') >"$out/kernels.log" 2>&1; then
+if ! (cd "$here" && ctest --preset "$preset" -V -R 'CUDA kernels|group pack|partition scatter|SGMV|model\.devices: ') >"$out/kernels.log" 2>&1; then
   cat "$out/kernels.log" >&2
   log "FAIL: kernel tests (log: $out/kernels.log)"
   exit 1
@@ -51,6 +51,7 @@ cuda_run=false
 if [ "$gpus" -gt 0 ] && ! grep -q "no CUDA device here" "$out/kernels.log"; then cuda_run=true; fi
 
 bench=null
+adapters=null
 device_path=not_run
 if [ "$gpus" -gt 0 ]; then
   log "nexusd on cuda:0 against the CPU: eight tenants' loss trajectories"
@@ -64,9 +65,12 @@ if [ "$gpus" -gt 0 ]; then
   "$build/bench/nexus-bench" group --backbone small --repeats 3 --csv "$out/group.csv" --png "$out/group.png" --json |
     tee "$out/group.txt"
   bench=$(tail -n 1 "$out/group.txt")
+  log "nexus-bench adapters on cuda:0 (small backbone, rank 16 on every block; grouped vs a pass per tenant vs none)"
+  "$build/bench/nexus-bench" adapters --device cuda --json | tee "$out/adapters.txt"
+  adapters=$(tail -n 1 "$out/adapters.txt")
 else
-  log "not run without a GPU: the CUDA kernels (compiled and linked only), the model's device path, the GPU group benchmark"
+  log "not run without a GPU: the CUDA kernels (compiled and linked only), the model's device path, the GPU group and adapters benchmarks"
 fi
-printf '{"gpus": %d, "torch": "%s", "nvcc": "%s", "cuda_sources": %d, "cuda_objects": %d, "cuda_kernels_run": %s, "device_path": "%s", "group": %s}\n' \
-  "$gpus" "$torch" "$nvcc_version" "$cuda_sources" "$cuda_objects" "$cuda_run" "$device_path" "$bench" | tee "$out/gpu-check.json"
+printf '{"gpus": %d, "torch": "%s", "nvcc": "%s", "cuda_sources": %d, "cuda_objects": %d, "cuda_kernels_run": %s, "device_path": "%s", "group": %s, "adapters": %s}\n' \
+  "$gpus" "$torch" "$nvcc_version" "$cuda_sources" "$cuda_objects" "$cuda_run" "$device_path" "$bench" "$adapters" | tee "$out/gpu-check.json"
 [ "$device_path" != failed ] || { log "FAIL: the device path (log: $out/cuda-replica.log)"; exit 1; }

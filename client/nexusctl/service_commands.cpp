@@ -18,7 +18,7 @@ json usage_json(const TenantUsage& u) {
           {"train_s", u.train_s}, {"infer_s", u.infer_s}, {"samples", u.samples}, {"steps", u.steps},
           {"predictions", u.predictions}, {"env_steps", u.env_steps}, {"train_wait_p50_us", u.train_wait_p50_us},
           {"train_wait_p99_us", u.train_wait_p99_us}, {"infer_wait_p50_us", u.infer_wait_p50_us},
-          {"infer_wait_p99_us", u.infer_wait_p99_us}};
+          {"infer_wait_p99_us", u.infer_wait_p99_us}, {"adapter", u.adapter}};
 }
 
 json job_json(const JobInfo& j) {
@@ -111,13 +111,13 @@ int tenants_command(const std::string& socket, bool json_out) {
     print_json(j);
     return 0;
   }
-  std::printf("%-20s %-8s %6s %10s %10s %9s %9s %19s\n", "TENANT", "ATTACHED", "WEIGHT", "COMPUTE_S", "SAMPLES",
-              "STEPS", "ENV_STEPS", "TRAIN WAIT p50/p99");
+  std::printf("%-20s %-8s %6s %10s %10s %9s %9s %19s  %s\n", "TENANT", "ATTACHED", "WEIGHT", "COMPUTE_S", "SAMPLES",
+              "STEPS", "ENV_STEPS", "TRAIN WAIT p50/p99", "ADAPTER");
   for (const auto& u : s.usage)
-    std::printf("%-20s %-8s %6.2f %10.2f %10llu %9llu %9llu %8.1f/%8.1fms\n", u.name.c_str(), u.attached ? "yes" : "no",
-                u.weight, u.compute_s(), static_cast<unsigned long long>(u.samples),
+    std::printf("%-20s %-8s %6.2f %10.2f %10llu %9llu %9llu %8.1f/%8.1fms  %s\n", u.name.c_str(),
+                u.attached ? "yes" : "no", u.weight, u.compute_s(), static_cast<unsigned long long>(u.samples),
                 static_cast<unsigned long long>(u.steps), static_cast<unsigned long long>(u.env_steps),
-                u.train_wait_p50_us / 1000, u.train_wait_p99_us / 1000);
+                u.train_wait_p50_us / 1000, u.train_wait_p99_us / 1000, u.adapter.empty() ? "-" : u.adapter.c_str());
   return 0;
 }
 

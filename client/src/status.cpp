@@ -73,7 +73,8 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
     for (const auto* u : *r->usage())
       s.usage.push_back(TenantUsage{str(u->name()), u->train_s(), u->infer_s(), u->samples(), u->steps(),
                                     u->predictions(), u->env_steps(), u->train_wait_p50_us(), u->train_wait_p99_us(),
-                                    u->infer_wait_p50_us(), u->infer_wait_p99_us(), u->weight(), u->attached()});
+                                    u->infer_wait_p50_us(), u->infer_wait_p99_us(), u->weight(), u->attached(),
+                                    str(u->adapter())});
   s.usage_wall_s = r->usage_wall_s();
   s.training_busy_s = r->training_busy_s();
   s.inference_busy_s = r->inference_busy_s();

@@ -45,7 +45,8 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
     const double weight = st.weights.count(name) ? st.weights.at(name) : 1.0;
     usage.push_back(wire::CreateTenantUsage(fbb, fbb.CreateString(name), u.train_s, u.infer_s, u.samples, u.steps,
                                             u.predictions, u.env_steps, tw.p50_us, tw.p99_us, iw.p50_us, iw.p99_us,
-                                            weight, attached.count(name) > 0));
+                                            weight, attached.count(name) > 0,
+                                            st.adapters.count(name) ? fbb.CreateString(st.adapters.at(name)) : 0));
   }
   std::vector<flatbuffers::Offset<wire::JobInfo>> jobs;
   for (const auto& j : st.jobs) jobs.push_back(job_info(fbb, j));

@@ -189,6 +189,7 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   s.groups = m.groups, s.requests = m.grouped_requests, s.samples = m.samples;
   s.input_bytes_packed = m.input_bytes_packed, s.rerun_groups = m.rerun_groups;
   s.split_steps = m.split_steps;
+  s.adapters = m.adapters;
   s.inference_queued = m.inference_queued, s.training_queued = m.training_queued;
   s.slots_resident = m.slots_resident, s.slots_evicted = m.slots_evicted;
   s.longest_training_turn_s = m.longest_training_turn_s;

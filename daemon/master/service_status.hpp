@@ -55,6 +55,7 @@ struct ServiceStatus {
   double longest_training_turn_s = 0, longest_shared_training_turn_s = 0;
   metrics::Snapshot usage;
   std::map<std::string, double> weights;  // configured tenants' fair-share weights
+  std::map<std::string, std::string> adapters;  // tenants registered with an adapter: its description
   std::vector<JobInfo> jobs;
   std::uint64_t health_restarts = 0;  // roles the Health Manager restarted
   std::vector<std::string> health;    // those roles: "name: N restart(s), last: reason"

@@ -5,7 +5,6 @@
 #include <mutex>
 #include <stdexcept>
 
-#include "daemon/model/lora.hpp"
 #include "daemon/model/safetensors.hpp"
 
 namespace nexus::model {
@@ -31,31 +30,16 @@ EncoderBlockImpl::EncoderBlockImpl(std::int64_t dim, std::int64_t heads, std::in
   fc2_ = register_module("fc2", torch::nn::Linear(mlp_ratio * dim, dim));
 }
 
-torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& key_mask,
-                                        const AdapterBatch* adapters, std::int64_t index) {
+torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& x, const torch::Tensor& key_mask) {
   const auto n = x.size(0), s = x.size(1), d = x.size(2), dh = d / heads_;
   // Attention written out (not scaled_dot_product_attention) so that LibTorch 1.13, the Debian
   // fallback, builds the same model.
-  if (adapters == nullptr || adapters->empty()) {
-    auto qkv = qkv_(ln1_(x)).view({n, s, 3, heads_, dh}).permute({2, 0, 3, 1, 4});
-    auto scores = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
-    scores = scores.masked_fill(key_mask.logical_not().view({n, 1, 1, s}), -1e9);
-    auto attn = torch::matmul(torch::softmax(scores, -1), qkv[2]).transpose(1, 2).reshape({n, s, d});
-    auto h = x + proj_(attn);
-    return h + fc2_(torch::gelu(fc1_(ln2_(h))));
-  }
-  // The same block with each projection's output passed through the tenants' adapters: the base
-  // GEMM on the whole group, the low-rank deltas on each tenant's own samples (lora.hpp).
-  const auto& a = *adapters;
-  const auto x1 = ln1_(x);
-  auto qkv = a.apply_qkv(index, x1, qkv_(x1)).view({n, s, 3, heads_, dh}).permute({2, 0, 3, 1, 4});
+  auto qkv = qkv_(ln1_(x)).view({n, s, 3, heads_, dh}).permute({2, 0, 3, 1, 4});
   auto scores = torch::matmul(qkv[0], qkv[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(dh));
   scores = scores.masked_fill(key_mask.logical_not().view({n, 1, 1, s}), -1e9);
   auto attn = torch::matmul(torch::softmax(scores, -1), qkv[2]).transpose(1, 2).reshape({n, s, d});
-  auto h = x + a.apply(index, Projection::O, attn, proj_(attn));
-  const auto x2 = ln2_(h);
-  const auto inner = torch::gelu(a.apply(index, Projection::MlpIn, x2, fc1_(x2)));
-  return h + a.apply(index, Projection::MlpOut, inner, fc2_(inner));
+  auto h = x + proj_(attn);
+  return h + fc2_(torch::gelu(fc1_(ln2_(h))));
 }
 
 VLABackboneImpl::VLABackboneImpl(const BackboneConfig& c) : config_(c) {
@@ -80,7 +64,7 @@ void VLABackboneImpl::freeze() {
 }
 
 VLAFeature VLABackboneImpl::forward(const torch::Tensor& images, const torch::Tensor& tokens,
-                                    const torch::Tensor& token_mask, const AdapterBatch* adapters) {
+                                    const torch::Tensor& token_mask) {
   const auto& c = config_;
   TORCH_CHECK(images.dim() == 5 && images.size(2) == c.image_size && images.size(3) == c.image_size &&
                   images.size(4) == 3 && images.size(1) >= 1 && images.size(1) <= c.max_views,
@@ -97,8 +81,7 @@ VLAFeature VLABackboneImpl::forward(const torch::Tensor& images, const torch::Te
   auto text = token_embed_(tokens.to(torch::kLong)) + token_pos_;
   auto seq = torch::cat({cls_.expand({n, 1, c.dim}), patches, text}, 1);
   auto mask = torch::cat({torch::ones({n, 1 + v * g * g}, token_mask.options().dtype(torch::kBool)), token_mask.to(torch::kBool)}, 1);
-  std::int64_t index = 0;
-  for (auto& block : *blocks_) seq = block->as<EncoderBlock>()->forward(seq, mask, adapters, index++);
+  for (auto& block : *blocks_) seq = block->as<EncoderBlock>()->forward(seq, mask);
   seq = norm_(seq);
   return VLAFeature{seq, seq.select(1, 0), mask};
 }
@@ -113,24 +96,12 @@ class BuiltinBackbone : public Backbone {
     return b_->forward(images, tokens, mask);
   }
   const BackboneConfig& config() const override { return b_->config(); }
-  bool supports_adapters() const override { return true; }
-  VLAFeature forward_adapted(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask,
-                             const AdapterBatch& adapters, bool grad) override {
-    torch::AutoGradMode mode(grad);  // the backbone's parameters are frozen: grads reach adapters only
-    return b_->forward(images, tokens, mask, &adapters);
-  }
 
  private:
   VLABackbone b_;
 };
 
 }  // namespace
-
-VLAFeature Backbone::forward_adapted(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                     const AdapterBatch&, bool) {
-  throw std::runtime_error("this backbone takes no adapters: a TorchScript or AOTInductor graph does not name its "
-                           "projections (adapters need the built-in backbone)");
-}
 
 std::unique_ptr<Backbone> make_builtin_backbone(const BackboneConfig& config, const std::string& weights,
                                                 torch::Device device) {

@@ -12,8 +12,6 @@
 
 namespace nexus::model {
 
-struct AdapterBatch;  // lora.hpp
-
 struct VLAFeature {
   torch::Tensor tokens;  // float [N, L, D]
   torch::Tensor pooled;  // float [N, D]
@@ -31,21 +29,13 @@ class Backbone {
   virtual ~Backbone() = default;
   virtual VLAFeature forward(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask) = 0;
   virtual const BackboneConfig& config() const = 0;
-  // Tenants' adapters in the pass (lora.hpp). Only the built-in backbone has the projections an
-  // adapter names; a user's TorchScript or AOTInductor graph is opaque to it. `grad`: record the
-  // adapters' part of the graph (a training pass); the backbone's own weights never get grads.
-  virtual bool supports_adapters() const { return false; }
-  virtual VLAFeature forward_adapted(const torch::Tensor& images, const torch::Tensor& tokens,
-                                     const torch::Tensor& mask, const AdapterBatch& adapters, bool grad);
 };
 
 class EncoderBlockImpl : public torch::nn::Module {
  public:
   EncoderBlockImpl(std::int64_t dim, std::int64_t heads, std::int64_t mlp_ratio);
-  // x [N, S, D]; key_mask bool [N, S], true = attend to this key. `adapters` (may be null): the
-  // tenants' low-rank deltas on this block (number `index`), each on its own samples.
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& key_mask, const AdapterBatch* adapters = nullptr,
-                        std::int64_t index = 0);
+  // x [N, S, D]; key_mask bool [N, S], true = attend to this key.
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& key_mask);
 
  private:
   std::int64_t heads_;
@@ -61,8 +51,7 @@ class VLABackboneImpl : public torch::nn::Module {
 
   // images uint8 [N, V, H, W, 3] (V <= max_views, H = W = image_size),
   // tokens int32/int64 [N, max_tokens], token_mask bool [N, max_tokens].
-  VLAFeature forward(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& token_mask,
-                     const AdapterBatch* adapters = nullptr);
+  VLAFeature forward(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& token_mask);
 
   const BackboneConfig& config() const { return config_; }
   // Frozen: eval mode and no parameter requires grad.

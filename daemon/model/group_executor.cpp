@@ -34,6 +34,7 @@ GroupExecutor::GroupExecutor(Backbone& backbone, torch::Device device, SlotRegis
                              bool deterministic, metrics::Accounting* accounting, ModelStats& stats,
                              std::mutex& stats_mu)
     : backbone_(backbone),
+      adaptable_(dynamic_cast<AdaptableBackbone*>(&backbone)),
       device_(device),
       slots_(slots),
       cost_(cost),
@@ -103,10 +104,11 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
     torch::NoGradGuard no_grad;
     auto img = torch::cat(images);  // the one copy of the images: packing the group batch
     // ... and, on a device, one host-to-device copy of each input (group_pack's place: gpu.md)
+    if (!adapters.empty() && !adaptable_) throw std::runtime_error("this backbone takes no adapters");
     if (adapters.empty())
       features = backbone_.forward(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)));
     else
-      features = backbone_.forward_adapted(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)),
+      features = adaptable_->forward_adapted(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)),
                                            adapters, training);
     std::lock_guard lk(stats_mu_);
     // images, tokens (int32) and mask (one byte) of every sample, packed once

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "daemon/metrics/accounting.hpp"
+#include "daemon/model/adapted_backbone.hpp"
 #include "daemon/model/request_binding.hpp"
 #include "daemon/model/slot_registry.hpp"
 
@@ -74,6 +75,7 @@ class GroupExecutor {
   torch::Tensor on_device(const torch::Tensor& t) const { return t.defined() ? t.to(device_) : t; }
 
   Backbone& backbone_;
+  AdaptableBackbone* const adaptable_;  // backbone_, if it takes adapters (else null)
   const torch::Device device_;
   SlotRegistry& slots_;
   const CostModel cost_;

@@ -145,6 +145,18 @@ AdapterSpec adapter_from_json(const nlohmann::json& head) {
   return s;
 }
 
+std::string describe_adapter(const AdapterSpec& s) {
+  if (s.rank <= 0) return "";
+  std::string out = "rank " + std::to_string(s.rank) + ", alpha " + std::to_string(static_cast<int>(s.scale() * s.rank)) + ",";
+  for (int p = 0; p < kProjections; ++p)
+    if (s.targets_projection(1u << p)) out += std::string(" ") + kProjectionNames[p];
+  out += ", blocks ";
+  if (s.blocks == 0) return out + "all";
+  for (int i = 0; i < 32; ++i)
+    if ((s.blocks >> i) & 1u) out += std::to_string(i) + (s.blocks >> (i + 1) ? " " : "");
+  return out;
+}
+
 std::int64_t adapter_parameters(const AdapterSpec& s) {
   if (s.rank <= 0) return 0;
   std::int64_t n = 0;

@@ -75,6 +75,9 @@ torch::Tensor segmented_lora_delta(const torch::Tensor& x, const std::vector<std
 nlohmann::json adapter_to_json(const AdapterSpec& s);
 AdapterSpec adapter_from_json(const nlohmann::json& head);
 
+// "rank 16, alpha 32, q k v o mlp_in mlp_out, blocks all" (empty for rank 0): nexusctl tenants.
+std::string describe_adapter(const AdapterSpec& s);
+
 // Parameters and bytes of an adapter (fp32): memory accounting and the benchmark.
 std::int64_t adapter_parameters(const AdapterSpec& s);
 

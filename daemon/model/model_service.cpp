@@ -98,6 +98,7 @@ ModelStats ModelService::stats() const {
     total.backbone_seconds += s.backbone_seconds, total.head_seconds += s.head_seconds;
     total.input_bytes_packed += s.input_bytes_packed, total.rerun_groups += s.rerun_groups;
     total.split_steps += s.split_steps;
+    total.adapters.insert(s.adapters.begin(), s.adapters.end());
     total.slots_resident += s.slots_resident, total.slots_evicted += s.slots_evicted;
     total.inference_queued += s.inference_queued, total.training_queued += s.training_queued;
     total.longest_training_turn_s = std::max(total.longest_training_turn_s, s.longest_training_turn_s);

@@ -179,6 +179,7 @@ struct ModelStats {
   double longest_training_turn_s = 0;    // what an inference request may wait behind, at most
   double longest_shared_training_turn_s = 0;  // the same, of turns run while another tenant was active
   std::vector<ReplicaStats> replicas;    // ModelService::stats(): one per device, in config order
+  std::map<std::string, std::string> adapters;  // tenant -> its adapter, as registered or loaded
 };
 
 class ModelService {

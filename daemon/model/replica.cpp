@@ -7,6 +7,7 @@
 
 #include "daemon/fault/fault_plan.hpp"
 #include "daemon/log/log_text.hpp"
+#include "daemon/model/adapted_backbone.hpp"
 #include "daemon/model/policy_port.hpp"
 #include "daemon/model/torchscript_backbone.hpp"
 
@@ -63,7 +64,7 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
   } else {
     auto bc = named_backbone(config.backbone);
     if (!bc) throw std::runtime_error("unknown backbone '" + config.backbone + "' (tiny, small, torchscript, aoti)");
-    backbone_ = make_builtin_backbone(*bc, config.weights, device_);
+    backbone_ = make_adaptable_backbone(*bc, config.weights, device_);
   }
   const auto& bc = backbone_->config();
   log_text(config.weights.empty() ? LogLevel::Warn : LogLevel::Info, "backbone",
@@ -72,7 +73,7 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
                " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size) +
                " deterministic=" + (config.deterministic ? "true" : "false"));
   for (const auto& [tenant, p] : config.tenants) share_.configure(tenant_id(tenant), p.weight, p.priority);
-  registry_ = std::make_unique<SlotRegistry>(config, bc, device_, quotas, backbone_->supports_adapters());
+  registry_ = std::make_unique<SlotRegistry>(config, bc, device_, quotas, dynamic_cast<AdaptableBackbone*>(backbone_.get()) != nullptr);
   executor_ = std::make_unique<GroupExecutor>(*backbone_, device_, *registry_,
                                               make_cost_model(*backbone_, bc, config.max_request_gflop, builtin),
                                               config.deterministic, accounting_.get(), stats_, stats_mu_);
@@ -340,8 +341,15 @@ std::map<std::string, double> Replica::run_single(Work& w) {
   return charged;
 }
 
-// A registered, attached tenant is waited for when inference groups form.
+// A registered, attached tenant is waited for when inference groups form. Its adapter goes in
+// the status (nexusctl tenants).
 void Replica::note_registered(const std::string& tenant) {
+  if (SlotEntry* e = registry_->find(tenant)) {
+    const auto described = describe_adapter(e->trainer->head().spec().adapter);
+    std::lock_guard lk(stats_mu_);
+    if (described.empty()) stats_.adapters.erase(tenant);
+    else stats_.adapters[tenant] = described;
+  }
   std::lock_guard lk(mu_);
   if (attached_names_.count(tenant)) attached_.insert(tenant);
 }

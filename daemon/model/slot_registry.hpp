@@ -39,7 +39,7 @@ struct SlotEntry {
 class SlotRegistry {
  public:
   // Slots it makes or loads live on `device` (its replica's). `adapters`: the backbone takes
-  // tenants' adapters (Backbone::supports_adapters); registrations with one are refused if not.
+  // tenants' adapters (an AdaptableBackbone); registrations with one are refused if not.
   SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device, UserQuotas& quotas,
                bool adapters = true);
 

@@ -148,7 +148,7 @@ void bind_status_records(py::module_& m) {
       .field("train_wait_p99_us", &TenantUsage::train_wait_p99_us)
       .field("infer_wait_p50_us", &TenantUsage::infer_wait_p50_us)
       .field("infer_wait_p99_us", &TenantUsage::infer_wait_p99_us).field("weight", &TenantUsage::weight)
-      .field("attached", &TenantUsage::attached);
+      .field("attached", &TenantUsage::attached).field("adapter", &TenantUsage::adapter);
   Record<DaemonStatus>(m, "DaemonStatus", "nexusd's status, as nexusctl status shows it.")
       .field("daemon_version", &DaemonStatus::daemon_version)
       .field("protocol_version", &DaemonStatus::protocol_version).field("pid", &DaemonStatus::pid)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio as _asyncio
 
 from . import _native
-from ._native import (BackboneInfo, Client, DaemonStatus, DatasetInfo, DigestFuture, DigestResult,
+from ._native import (AdapterSpec, BackboneInfo, Client, DaemonStatus, DatasetInfo, DigestFuture, DigestResult,
                       EnvSessions, EnvStepResult, FeaturesFuture, FeaturesResult, HeadSpec, JobInfo, JobSpec,
                       OptimizerSpec, PredictionFuture, Region, RlOptions, RlStatus, SftFuture, SftResult,
                       SlotDigest, Tensor,

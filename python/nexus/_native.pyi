@@ -5,6 +5,13 @@ from typing import Any, Generator, Optional, Sequence
 import numpy as np
 import numpy.typing as npt
 
+class AdapterSpec:
+    rank: int  # 1..64; 0: none
+    alpha: float  # scale alpha / rank; 0: = rank
+    targets: int  # bits q 1, k 2, v 4, o 8, mlp_in 16, mlp_out 32; 0: all
+    blocks: int  # bit i: encoder block i; 0: all
+    def __init__(self, **fields: Any) -> None: ...
+
 class HeadSpec:
     kind: str
     state_dim: int
@@ -14,6 +21,7 @@ class HeadSpec:
     flow_steps: int
     flow_noise: float
     token_queries: int
+    adapter: AdapterSpec
     def __init__(self, **fields: Any) -> None: ...
 
 class OptimizerSpec:
@@ -180,6 +188,7 @@ class TenantUsage:
     infer_wait_p99_us: float
     weight: float
     attached: bool
+    adapter: str
 
 class DaemonStatus:
     daemon_version: str

@@ -4,6 +4,8 @@
 // the adapted features; a stop and a restart bring the adapter back.
 #include <catch2/catch.hpp>
 
+#include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
@@ -133,6 +135,17 @@ TEST_CASE("adapter tenants train beside head-only ones in shared passes; a bad s
     plain->features(probe_p.obs(), out_p);
     CHECK(out_a.raw().size() == out_p.raw().size());
     CHECK_FALSE(std::equal(out_a.raw().begin(), out_a.raw().end(), out_p.raw().begin()));
+
+    // nexusctl tenants shows each tenant's adapter.
+    const pid_t ctl = spawn({nexusctl_path(), "-s", d.socket(), "tenants", "--json"}, {.stdout_path = dir.path + "/t.json"});
+    REQUIRE(wait_exit(ctl, std::chrono::seconds(30)) == 0);
+    std::map<std::string, std::string> shown;
+    const auto listed = nlohmann::json::parse(read_file(dir.path + "/t.json"));
+    for (const auto& t : listed["tenants"])
+      shown[t["name"].get<std::string>()] = t["adapter"].get<std::string>();
+    CHECK(shown["ada"] == "rank 8, alpha 8, q k v o mlp_in mlp_out, blocks all");
+    CHECK(shown["wild"] == "rank 4, alpha 4, q k v o mlp_in mlp_out, blocks all");
+    CHECK(shown["plain"].empty());
 
     before_stop = ada->slot_digest();
     ada.reset(), plain.reset(), wild.reset();

@@ -10,8 +10,7 @@
 #include <limits>
 #include <unistd.h>
 
-#include "daemon/model/backbone.hpp"
-#include "daemon/model/lora.hpp"
+#include "daemon/model/adapted_backbone.hpp"
 #include "daemon/model/tenant_slot.hpp"
 
 using namespace nexus;
@@ -125,7 +124,7 @@ TEST_CASE("a grouped pass of four adapters of different ranks and two head-only 
     offset += m.rows;
   }
   torch::AutoGradMode grad(true);
-  const auto grouped = bb->forward(in.images, in.tokens, in.mask, &batch);
+  const auto grouped = model::AdaptedForward(*bb)(in.images, in.tokens, in.mask, batch);
   std::vector<torch::Tensor> losses;
   offset = 0;
   for (std::size_t i = 0; i < members.size(); ++i) {
@@ -158,7 +157,7 @@ TEST_CASE("a grouped pass of four adapters of different ranks and two head-only 
     }
     model::AdapterBatch own;
     own.segments.push_back({0, m.rows, m.slot->adapter()});
-    const auto alone = bb->forward(alone_in.images, alone_in.tokens, alone_in.mask, &own);
+    const auto alone = model::AdaptedForward(*bb)(alone_in.images, alone_in.tokens, alone_in.mask, own);
     CHECK(close(mine.pooled, alone.pooled));
     CHECK(close(mine.tokens, alone.tokens));
     probe_loss(alone, i).backward();
@@ -198,7 +197,7 @@ TEST_CASE("a new adapter changes nothing, and an adapter on blocks or projection
   model::AdapterBatch batch;
   batch.segments.push_back({0, 3, a});
   torch::NoGradGuard no_grad;
-  CHECK(torch::equal(bb->forward(in.images, in.tokens, in.mask, &batch).pooled,
+  CHECK(torch::equal(model::AdaptedForward(*bb)(in.images, in.tokens, in.mask, batch).pooled,
                      bb->forward(in.images, in.tokens, in.mask).pooled));
   CHECK_THROWS_AS(model::LoraAdapterImpl(adapter(65)), std::invalid_argument);
   CHECK_THROWS_AS(model::LoraAdapterImpl(adapter(4, 64)), std::invalid_argument);
@@ -222,7 +221,7 @@ model::TenantSlot::Digest train_beside(model::TenantSlot& x, model::TenantSlot& 
     model::AdapterBatch batch;
     batch.segments = {{0, 3, x.adapter()}, {3, 3, y.adapter()}};
     torch::AutoGradMode grad(true);
-    const auto f = bb->forward(images, tokens, mask, &batch);
+    const auto f = model::AdaptedForward(*bb)(images, tokens, mask, batch);
     auto lx = x.step_loss(rows_of(f, 0, 3), {}, actions.narrow(0, 0, 3));
     auto ly = y.step_loss(rows_of(f, 3, 3), {}, actions.narrow(0, 0, 3));
     torch::autograd::backward({lx, ly});
@@ -284,7 +283,7 @@ TEST_CASE("an adapter is published, checkpointed and loaded with its head", "[mo
     model::AdapterBatch batch;
     batch.segments = {{0, 4, slot->adapter()}};
     torch::AutoGradMode grad(true);
-    const auto loss = slot->step_loss(bb->forward(in.images, in.tokens, in.mask, &batch), {}, torch::ones({4, 1, 2}));
+    const auto loss = slot->step_loss(model::AdaptedForward(*bb)(in.images, in.tokens, in.mask, batch), {}, torch::ones({4, 1, 2}));
     loss.backward();
     return slot->finish_deferred(loss);
   };

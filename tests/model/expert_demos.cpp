@@ -56,4 +56,25 @@ model::VLAFeature demo_features(model::VLABackbone& b, const ExpertDemos& d) {
   return {torch::cat(tok), torch::cat(pooled), torch::cat(m)};
 }
 
+ExpertDemos record_push_goals(int episodes, std::uint64_t seed0, const model::BackboneConfig& c) {
+  auto t = sim::make_task("push", {.image_size = static_cast<int>(c.image_size)});
+  std::vector<torch::Tensor> imgs, goals;
+  for (int e = 0; e < episodes; ++e) {
+    t->reset(seed0 + static_cast<std::uint64_t>(e));
+    while (!t->done()) {
+      auto img = torch::empty({1, c.image_size, c.image_size, 3}, torch::kUInt8);
+      t->render(img.data_ptr<std::uint8_t>());
+      imgs.push_back(img);
+      const auto g = t->mocap_xy().at(0);  // push's one mocap body is the goal
+      goals.push_back(torch::tensor({static_cast<float>(g.first / 0.25), static_cast<float>(g.second / 0.25)}).view({1, 2}));
+      t->step(t->expert_action());
+    }
+  }
+  const auto n = static_cast<std::int64_t>(imgs.size());
+  ExpertDemos d{torch::stack(imgs), torch::zeros({n, c.max_tokens}, torch::kInt32),
+                torch::zeros({n, c.max_tokens}, torch::kBool), {}, torch::stack(goals)};
+  for (std::int64_t i = 0; i < n; ++i) model::tokenize_into(t->instruction(), d.tokens, d.mask, i);
+  return d;
+}
+
 }  // namespace nexus::test

@@ -19,6 +19,11 @@ struct ExpertDemos {
 ExpertDemos record_expert(const std::string& task, int episodes, std::uint64_t seed0, const model::BackboneConfig& c,
                           int chunk);
 
+// Push's goal (its one mocap body, in units of 0.25 m) at every step of the expert's episodes:
+// actions [n, 1, 2] are the goal, the rest as record_expert. The goal seen from every stage of a
+// push; the pooled feature of the pretrained tiny backbone hardly carries it (sim_learning_test).
+ExpertDemos record_push_goals(int episodes, std::uint64_t seed0, const model::BackboneConfig& c);
+
 // The frozen backbone's features of every recorded step, in passes of 256.
 model::VLAFeature demo_features(model::VLABackbone& b, const ExpertDemos& d);
 

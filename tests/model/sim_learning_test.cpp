@@ -102,22 +102,8 @@ TEST_CASE("token queries find push's goal in the feature tokens, which the poole
   b->freeze();
   const auto& c = b->config();
   const std::uint64_t k = test::test_seed();
-  auto t = sim::make_task("push", {.image_size = static_cast<int>(c.image_size)});
-  std::vector<torch::Tensor> imgs, goals;
-  for (int e = 0; e < 120; ++e) {  // the expert's episodes: the goal seen from every stage of a push
-    t->reset(3000 + 1000 * k + static_cast<std::uint64_t>(e));
-    while (!t->done()) {
-      auto img = torch::empty({1, c.image_size, c.image_size, 3}, torch::kUInt8);
-      t->render(img.data_ptr<std::uint8_t>());
-      imgs.push_back(img);
-      const auto g = t->mocap_xy().at(0);  // push's one mocap body is the goal
-      goals.push_back(torch::tensor({static_cast<float>(g.first / 0.25), static_cast<float>(g.second / 0.25)}).view({1, 2}));
-      t->step(t->expert_action());
-    }
-  }
-  test::ExpertDemos d{torch::stack(imgs), torch::zeros({static_cast<std::int64_t>(imgs.size()), c.max_tokens}, torch::kInt32),
-          torch::zeros({static_cast<std::int64_t>(imgs.size()), c.max_tokens}, torch::kBool), {}, torch::stack(goals)};
-  for (std::int64_t i = 0; i < d.tokens.size(0); ++i) model::tokenize_into(t->instruction(), d.tokens, d.mask, i);
+  // The expert's episodes: the goal seen from every stage of a push.
+  const auto d = test::record_push_goals(120, 3000 + 1000 * k, c);
   const auto f = test::demo_features(b, d);
   const auto n = d.actions.size(0), cut = n * 8 / 10;  // held out: the last fifth (whole episodes but one)
   auto r2 = [&](std::int64_t queries) {

@@ -31,6 +31,7 @@ def error_classes():
            "attaching where no daemon listens")
     raises(AttributeError, lambda: nexus.HeadSpec(knd="flow"), "a misspelt field in a spec")
     check(nexus.HeadSpec(kind="gaussian", token_queries=3).token_queries == 3, "a head spec carries token_queries")
+    check(nexus.HeadSpec(adapter=nexus.AdapterSpec(rank=8, alpha=16)).adapter.rank == 8, "a head spec carries an adapter")
     raises(ValueError, lambda: nexus.Client.attach("x", timeout=-1), "a negative timeout")
 
 
@@ -125,6 +126,14 @@ def model_calls(c, other):
     check(c.load("py-tag") == step and c.slot_digest() == before, "save and load restore the slot exactly")
     names = [x.name for x in nexus.query_status(c_socket).tenants]
     check("py-alice" in names, f"nexusd's status lists the Python tenant: {names}")
+    # An adapter: out of range is a typed error; registered, it trains and the status shows it.
+    bad = nexus.HeadSpec(kind="mlp_chunk", chunk=4, action_dim=2, adapter=nexus.AdapterSpec(rank=65))
+    raises(nexus.BadMessage, lambda: c.register(nexus.TenantSpec(seed=5, head=bad)), "an adapter of rank 65")
+    adapted = nexus.HeadSpec(kind="mlp_chunk", chunk=4, action_dim=2, adapter=nexus.AdapterSpec(rank=4, targets=1 | 4))
+    c.register(nexus.TenantSpec(seed=5, head=adapted))
+    check(c.sft_step(images, tokens, mask, actions).step == 1, "an SFT step with an adapter")
+    usage = {u.name: u.adapter for u in nexus.query_status(c_socket).usage}
+    check(usage.get("py-alice") == "rank 4, alpha 4, q v, blocks all", f"the status shows the adapter: {usage}")
 
 
 def close_under_calls(socket):

@@ -28,6 +28,7 @@ struct TenantUsage {
   double train_wait_p50_us = 0, train_wait_p99_us = 0, infer_wait_p50_us = 0, infer_wait_p99_us = 0;
   double weight = 1;
   bool attached = false;
+  std::string adapter;  // the adapter it registered ("rank 16, alpha 16, ..."); empty: the head alone
   double compute_s() const { return train_s + infer_s; }
 };
 
