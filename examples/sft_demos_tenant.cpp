@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
   app.add_option("--token-queries", spec.head.token_queries,
                  "mlp_chunk/gaussian: learned queries over the feature tokens (a task about two objects, as push)")
       ->check(CLI::Range(0, 16));
+  app.add_option("--adapter-rank", spec.head.adapter.rank,
+                 "also train a low-rank adapter of this rank on every block of the backbone (0: the head alone)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--steps", steps, "SFT steps");
   app.add_option("--batch", batch, "samples per step")->check(CLI::Range(1, 4096));
   app.add_option("--lr", spec.optimizer.lr, "AdamW learning rate");
@@ -67,10 +70,10 @@ int main(int argc, char** argv) {
     }
     const auto version = client->publish();
     auto number = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
-    std::printf("{\"tenant\":\"%s\",\"head\":\"%s\",\"dataset\":\"%s\",\"layout\":\"%s\",\"views\":%d,"
+    std::printf("{\"tenant\":\"%s\",\"head\":\"%s\",\"adapter_rank\":%d,\"dataset\":\"%s\",\"layout\":\"%s\",\"views\":%d,"
                 "\"state_dim\":%d,\"demos\":%u,\"valid_demos\":%u,\"samples\":%llu,\"steps\":%d,"
                 "\"first_loss\":%s,\"last_loss\":%s,\"version\":%llu}\n",
-                opt.tenant.c_str(), spec.head.kind.c_str(), path.c_str(), data.layout.c_str(), spec.views,
+                opt.tenant.c_str(), spec.head.kind.c_str(), spec.head.adapter.rank, path.c_str(), data.layout.c_str(), spec.views,
                 data.state_dim, data.episodes, data.valid_episodes,
                 static_cast<unsigned long long>(data.samples), steps, number(first).c_str(), number(last).c_str(),
                 static_cast<unsigned long long>(version));

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The README's main command: set-up, then the reference scenario. nexusd holds one frozen,
-# pretrained backbone; four lab members work on it at once:
+# pretrained backbone; six lab members work on it at once:
 #   alice  PPO on reach       (the daemon runs her rollouts and updates: an RL job)
 #   bob    PPO on push, warm-started on 200 recorded push demonstrations and keeping them in
 #          its loss (DAPG's behaviour-cloning term) for 240 synchronous updates: from scratch push
 #          learns nothing in 60 updates, and 60 from the warm start only keep it
 #   carol  GRPO on reach
 #   erin   SFT on 200 recorded demonstrations of reach (her own process feeds the batches)
+#   frank  SFT on the push demonstrations with a rank-8 adapter on the backbone (his alone)
+#   grace  the same SFT, same seed and steps, with the head alone: what the adapter adds
 # Their requests (rollout steps, SFT batches) are group-batched into shared backbone passes.
 # While they run: a progress line per tenant every 20 s. At the end: each policy's closed-loop
 # success in new episodes, before and after, measured read-only, and what grouping saved.
@@ -21,6 +23,8 @@ warm_steps=${NEXUS_DEMO_WARM_STEPS:-2000}
 # 240 updates: at 60 PPO only kept the warm start; at 240 it added 0 to +10 points over it
 # (in-process, synchronous, 5 seeds: docs/design/env-rl.md).
 push_iterations=${NEXUS_DEMO_PUSH_ITERATIONS:-240}
+# frank and grace: SFT on push with and without an adapter (docs/design/adapters.md).
+adapter_steps=${NEXUS_DEMO_ADAPTER_STEPS:-1000}
 run=$(mktemp -d /tmp/nexus-demo-XXXXXX)
 chmod 755 "$run"
 sock=$run/nexusd.sock
@@ -41,9 +45,10 @@ echo "== recording 200 demonstrations of the MuJoCo reach task (for erin) and of
 "$bin/client/nexusctl" dataset record --task reach --episodes 200 --out "$run/reach.hdf5" | tail -1
 "$bin/client/nexusctl" dataset record --task push --episodes 200 --out "$run/push.hdf5" | tail -1
 
-echo "== four tenants at once: alice PPO reach ($ppo_iterations updates), bob PPO push (warm start: $warm_steps SFT"
+echo "== six tenants at once: alice PPO reach ($ppo_iterations updates), bob PPO push (warm start: $warm_steps SFT"
 echo "   steps of 32 on the push demonstrations, then $push_iterations updates keeping them in the loss), carol GRPO reach,"
-echo "   erin SFT on the demonstrations ($sft_steps steps of 32)"
+echo "   erin SFT on the reach demonstrations ($sft_steps steps of 32), frank and grace SFT on the push demonstrations"
+echo "   ($adapter_steps steps of 32), frank with a rank-8 adapter on the backbone, grace with the head alone"
 pids=()
 rl() {  # name algorithm task iterations [extra args]
   local name=$1; shift
@@ -58,6 +63,12 @@ rl carol grpo reach 40 --sessions 32 --group-size 4 --seed 3
 "$bin/examples/sft_demos_tenant" -s "$sock" -t erin --dataset "$run/reach.hdf5" --steps "$sft_steps" \
   --batch 32 --report-every 100 >"$run/erin.json" 2>"$run/erin.log" &
 pids+=($!)
+for who in frank:8 grace:0; do
+  IFS=: read -r name rank <<<"$who"
+  "$bin/examples/sft_demos_tenant" -s "$sock" -t "$name" --dataset "$run/push.hdf5" --steps "$adapter_steps" \
+    --batch 32 --seed 4 --adapter-rank "$rank" --report-every 100 >"$run/$name.json" 2>"$run/$name.log" &
+  pids+=($!)
+done
 running() { for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
 sleep 5
 echo "== nexusctl status (while they train)"
@@ -65,7 +76,7 @@ echo "== nexusctl status (while they train)"
 while running; do
   for _ in $(seq 20); do running && sleep 1; done
   echo "-- $(( $(date +%s) - started )) s"
-  for name in alice bob carol erin; do tail -n 1 "$run/$name.log" 2>/dev/null | sed 's/^/   /'; done
+  for name in alice bob carol erin frank grace; do tail -n 1 "$run/$name.log" 2>/dev/null | sed 's/^/   /'; done
 done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
@@ -85,6 +96,10 @@ for job in alice:reach bob:push carol:reach; do
 done
 "$bin/examples/eval_tenant" -s "$sock" -t erin --task reach --episodes 50 --version 1 >"$run/erin-after.json" &
 eval_pids+=($!)
+for name in frank grace; do
+  "$bin/examples/eval_tenant" -s "$sock" -t "$name" --task push --episodes 50 --version 1 >"$run/$name-after.json" &
+  eval_pids+=($!)
+done
 wait "${eval_pids[@]}"
 python3 - "$run" <<'PY'
 import json, sys, os
@@ -103,6 +118,11 @@ print(f"        (bob's 'before' is his warm start on the push demonstrations, wh
 sft, after = load("erin.json"), load("erin-after.json")
 print(f"{'erin':7} {'SFT demos reach':16} {sft['steps']:8d} {'-':>10} {'0% (untrained) ->':>17} {100 * after['success_rate']:4.0f}%      "
       f"{'yes' if after['unchanged'] else 'NO':>12}")
+for name, work in [("frank", "SFT push +adapter"), ("grace", "SFT push, head")]:
+    sft, after = load(name + ".json"), load(name + "-after.json")
+    print(f"{name:7} {work:16} {sft['steps']:8d} {'-':>10} {'0% (untrained) ->':>17} {100 * after['success_rate']:4.0f}%      "
+          f"{'yes' if after['unchanged'] else 'NO':>12}")
+print("        (frank trains a rank-8 adapter on the backbone with his head; grace the same head alone, same seed)")
 PY
 echo "== grouping"
 "$bin/client/nexusctl" -s "$sock" status --json | python3 -c '

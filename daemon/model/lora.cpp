@@ -6,6 +6,17 @@
 #include <string>
 
 namespace nexus::model {
+
+// Where each adapted sample sits, worked out once per pass (AdapterBatch::layout) and shared by
+// every projection: which samples (`sel`, undefined when the segments cover the batch in order),
+// each one's segment (`idx`, undefined when every segment is one sample, in order: then the
+// stacked weights line up with the samples as they are) and scale ([M, 1, 1]).
+struct AdapterLayout {
+  torch::Tensor sel, idx, scale;
+  std::int64_t samples = 0;
+  bool single = false;  // one segment covering the batch: plain matmuls, no gather
+};
+
 namespace {
 
 constexpr const char* kProjectionNames[kProjections] = {"q", "k", "v", "o", "mlp_in", "mlp_out"};
@@ -19,15 +30,36 @@ Dims dims_of(const AdapterSpec& s, Projection p) {
   return {s.dim, s.dim};
 }
 
-// The adapted samples' deltas [M, S, out] and which samples they belong to (`sel`, undefined
-// when the segments cover every sample in order: then the deltas line up with x itself).
-struct Gathered {
-  torch::Tensor delta, sel;
-};
+AdapterLayout make_layout(const torch::Tensor& x, const std::vector<std::int64_t>& first, const std::vector<std::int64_t>& rows,
+                   const std::vector<double>& scales) {
+  std::vector<std::int64_t> sel, idx;
+  std::vector<float> scale;
+  for (std::size_t k = 0; k < first.size(); ++k)
+    for (std::int64_t i = first[k]; i < first[k] + rows[k]; ++i) {
+      sel.push_back(i);
+      idx.push_back(static_cast<std::int64_t>(k));
+      scale.push_back(static_cast<float>(scales[k]));
+    }
+  AdapterLayout l;
+  l.samples = static_cast<std::int64_t>(sel.size());
+  bool in_order = l.samples == x.size(0), one_each = true;
+  for (std::int64_t i = 0; i < l.samples; ++i) {
+    in_order = in_order && sel[static_cast<std::size_t>(i)] == i;
+    one_each = one_each && idx[static_cast<std::size_t>(i)] == i;
+  }
+  const auto dev = x.device();
+  if (!in_order) l.sel = torch::tensor(sel, torch::kLong).to(dev);
+  if (!one_each) l.idx = torch::tensor(idx, torch::kLong).to(dev);
+  l.scale = torch::tensor(scale, x.options()).view({l.samples, 1, 1});
+  l.single = in_order && first.size() == 1;
+  return l;
+}
 
-Gathered gather_deltas(const torch::Tensor& x, const std::vector<std::int64_t>& first,
-                       const std::vector<std::int64_t>& rows, const std::vector<torch::Tensor>& As,
-                       const std::vector<torch::Tensor>& Bs, const std::vector<double>& scales) {
+// The adapted samples' deltas [M, S, out]: scale (x A_k) B_k for each sample's segment k. As and
+// Bs hold every segment's weights (zeros for a tenant that does not adapt this projection).
+torch::Tensor deltas(const torch::Tensor& x, const AdapterLayout& l, const std::vector<torch::Tensor>& As,
+                     const std::vector<torch::Tensor>& Bs, double single_scale) {
+  if (l.single) return torch::matmul(torch::matmul(x, As[0]) * single_scale, Bs[0]);
   std::int64_t rmax = 0;
   for (const auto& a : As) rmax = std::max(rmax, a.size(1));
   // Pad every adapter to the largest rank: the padded columns of A and rows of B are zeros, so
@@ -38,27 +70,14 @@ Gathered gather_deltas(const torch::Tensor& x, const std::vector<std::int64_t>& 
     a_pad.push_back(r == rmax ? As[k] : torch::constant_pad_nd(As[k], {0, rmax - r}));
     b_pad.push_back(r == rmax ? Bs[k] : torch::constant_pad_nd(Bs[k], {0, 0, 0, rmax - r}));
   }
-  std::vector<std::int64_t> sel, idx;
-  std::vector<float> scale;
-  for (std::size_t k = 0; k < first.size(); ++k)
-    for (std::int64_t i = first[k]; i < first[k] + rows[k]; ++i) {
-      sel.push_back(i);
-      idx.push_back(static_cast<std::int64_t>(k));
-      scale.push_back(static_cast<float>(scales[k]));
-    }
-  const auto m = static_cast<std::int64_t>(sel.size());
-  bool in_order = m == x.size(0);
-  for (std::int64_t i = 0; in_order && i < m; ++i) in_order = sel[static_cast<std::size_t>(i)] == i;
-  const auto dev = x.device();
-  auto idx_t = torch::tensor(idx, torch::kLong).to(dev);
-  auto a_rows = torch::stack(a_pad).index_select(0, idx_t);  // [M, in, r]: each sample its tenant's A
-  auto b_rows = torch::stack(b_pad).index_select(0, idx_t);  // [M, r, out]
-  Gathered g;
-  if (!in_order) g.sel = torch::tensor(sel, torch::kLong).to(dev);
-  const auto xs = in_order ? x : x.index_select(0, g.sel);
-  auto shrunk = torch::bmm(xs, a_rows) * torch::tensor(scale, x.options()).view({m, 1, 1});  // [M, S, r]
-  g.delta = torch::bmm(shrunk, b_rows);                                                     // [M, S, out]
-  return g;
+  auto a_rows = torch::stack(a_pad), b_rows = torch::stack(b_pad);  // [T, in, r], [T, r, out]
+  if (l.idx.defined()) a_rows = a_rows.index_select(0, l.idx), b_rows = b_rows.index_select(0, l.idx);  // per sample
+  const auto xs = l.sel.defined() ? x.index_select(0, l.sel) : x;
+  return torch::bmm(torch::bmm(xs, a_rows) * l.scale, b_rows);
+}
+
+torch::Tensor add_deltas(const torch::Tensor& base, const AdapterLayout& l, const torch::Tensor& d) {
+  return l.sel.defined() ? base.index_add(0, l.sel, d) : base + d;
 }
 
 }  // namespace
@@ -92,38 +111,59 @@ torch::Tensor segmented_lora_delta(const torch::Tensor& x, const std::vector<std
                                    const std::vector<std::int64_t>& rows, const std::vector<torch::Tensor>& As,
                                    const std::vector<torch::Tensor>& Bs, const std::vector<double>& scales,
                                    std::int64_t out_features) {
-  if (first.empty()) return torch::zeros({x.size(0), x.size(1), out_features}, x.options());
-  auto g = gather_deltas(x, first, rows, As, Bs, scales);
-  if (!g.sel.defined()) return g.delta;
-  return torch::zeros({x.size(0), x.size(1), out_features}, x.options()).index_add(0, g.sel, g.delta);
+  auto zeros = torch::zeros({x.size(0), x.size(1), out_features}, x.options());
+  if (first.empty()) return zeros;
+  const auto l = make_layout(x, first, rows, scales);
+  return add_deltas(zeros, l, deltas(x, l, As, Bs, scales[0]));
+}
+
+const AdapterLayout& AdapterBatch::layout(const torch::Tensor& x) const {
+  if (!layout_) {
+    std::vector<std::int64_t> first, rows;
+    std::vector<double> scales;
+    for (const auto& s : segments) first.push_back(s.first), rows.push_back(s.rows), scales.push_back(s.adapter->spec().scale());
+    layout_ = std::make_shared<AdapterLayout>(make_layout(x, first, rows, scales));
+  }
+  return *layout_;
 }
 
 torch::Tensor AdapterBatch::apply(std::int64_t block, Projection p, const torch::Tensor& x,
                                   const torch::Tensor& base) const {
-  std::vector<std::int64_t> first, rows;
+  bool any = false;
+  for (const auto& s : segments) any = any || s.adapter->a(block, p).defined();
+  if (!any) return base;
   std::vector<torch::Tensor> As, Bs;
-  std::vector<double> scales;
   for (const auto& s : segments) {
     const auto& a = s.adapter->a(block, p);
-    if (!a.defined() || s.rows == 0) continue;  // this tenant does not adapt this projection
-    first.push_back(s.first), rows.push_back(s.rows);
-    As.push_back(a), Bs.push_back(s.adapter->b(block, p)), scales.push_back(s.adapter->spec().scale());
+    As.push_back(a.defined() ? a : torch::zeros({x.size(-1), 1}, x.options()));  // adds exact zeros
+    Bs.push_back(a.defined() ? s.adapter->b(block, p) : torch::zeros({1, base.size(-1)}, x.options()));
   }
-  if (first.empty()) return base;
-  auto g = gather_deltas(x, first, rows, As, Bs, scales);
-  return g.sel.defined() ? base.index_add(0, g.sel, g.delta) : base + g.delta;
+  const auto& l = layout(x);
+  return add_deltas(base, l, deltas(x, l, As, Bs, segments[0].adapter->spec().scale()));
 }
 
 torch::Tensor AdapterBatch::apply_qkv(std::int64_t block, const torch::Tensor& x, const torch::Tensor& base) const {
-  const auto d = base.size(-1) / 3;
   bool any = false;
   for (const auto& s : segments)
     for (auto p : {Projection::Q, Projection::K, Projection::V}) any = any || s.adapter->a(block, p).defined();
   if (!any) return base;
-  return torch::cat({apply(block, Projection::Q, x, base.narrow(-1, 0, d)),
-                     apply(block, Projection::K, x, base.narrow(-1, d, d)),
-                     apply(block, Projection::V, x, base.narrow(-1, 2 * d, d))},
-                    -1);
+  // q, k and v in one shrink and one expand: each tenant's A_q | A_k | A_v side by side, and its
+  // B_q, B_k, B_v on the block diagonal (zeros elsewhere, and for a projection it leaves alone),
+  // so that q's rank reaches only q's columns.
+  const auto d = base.size(-1) / 3;
+  std::vector<torch::Tensor> As, Bs;
+  for (const auto& s : segments) {
+    std::vector<torch::Tensor> a, b;
+    for (auto p : {Projection::Q, Projection::K, Projection::V}) {
+      const auto& ap = s.adapter->a(block, p);
+      a.push_back(ap.defined() ? ap : torch::zeros({x.size(-1), 1}, x.options()));
+      b.push_back(ap.defined() ? s.adapter->b(block, p) : torch::zeros({1, d}, x.options()));
+    }
+    As.push_back(torch::cat(a, 1));
+    Bs.push_back(torch::block_diag(b));
+  }
+  const auto& l = layout(x);
+  return add_deltas(base, l, deltas(x, l, As, Bs, segments[0].adapter->spec().scale()));
 }
 
 nlohmann::json adapter_to_json(const AdapterSpec& s) {

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -47,6 +48,8 @@ TORCH_MODULE(LoraAdapter);
 
 // The adapters of one group pass: each segment is `rows` consecutive samples from `first` that
 // use `adapter` (live parameters, or a published version's). Segments must not overlap.
+struct AdapterLayout;  // lora.cpp: where the adapted samples sit, worked out once per pass
+
 struct AdapterBatch {
   struct Segment {
     std::int64_t first = 0, rows = 0;
@@ -61,6 +64,10 @@ struct AdapterBatch {
   torch::Tensor apply(std::int64_t block, Projection p, const torch::Tensor& x, const torch::Tensor& base) const;
   // The fused qkv projection: q, k and v are column blocks [0, D), [D, 2D), [2D, 3D) of `base`.
   torch::Tensor apply_qkv(std::int64_t block, const torch::Tensor& x, const torch::Tensor& base) const;
+
+ private:
+  const AdapterLayout& layout(const torch::Tensor& x) const;  // built on first use (segments fixed by then)
+  mutable std::shared_ptr<AdapterLayout> layout_;
 };
 
 // The segmented delta itself, for tests and the benchmark: rows of x [N, S, in] in segment k get

@@ -1,8 +1,10 @@
 // An adapter learns what a head alone cannot (docs/design/adapters.md): push's goal, which the
 // pretrained tiny backbone's pooled feature hardly carries (sim_learning_test: R^2 0.20). The
 // same mlp_chunk head on the pooled feature, once alone and once over a rank-8 adapter on every
-// block, regresses the goal from the camera; held-out normalised error (1 - R^2) compared.
-// Bounds: docs/design/learning-margins.md (adapters.*).
+// block, regresses the goal from the camera; held-out normalised error (1 - R^2) on whole
+// episodes (goals) it never saw. Measured over seed variants 0-4 (120 episodes, 600 steps of 32):
+// head alone 0.53-0.94, adapter 0.005-0.018, ratio 0.007-0.022 (at 60 episodes and 300 steps the
+// adapter failed on 2 of 5: too few goals to generalise from). Bounds: learning-margins.md.
 #include <torch/torch.h>
 #undef CHECK
 #include <catch2/catch.hpp>
@@ -51,10 +53,10 @@ TEST_CASE("an adapter finds push's goal, which a head alone on the pretrained po
   b->freeze();
   const auto& c = b->config();
   const std::uint64_t k = test::test_seed();
-  const auto d = test::record_push_goals(60, 7000 + 1000 * k, c);
+  const auto d = test::record_push_goals(120, 7000 + 1000 * k, c);
   const auto n = d.actions.size(0), cut = n * 8 / 10;  // held out: the last fifth
   const model::HeadSpec head{.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 256};
-  constexpr int kSteps = 300, kBatch = 32;
+  constexpr int kSteps = 600, kBatch = 32;
 
   // The head alone, on the frozen pooled feature (computed once: it never changes).
   model::TenantSlot alone(head, {.lr = 1e-3}, c.dim, 5 + k);
@@ -83,6 +85,6 @@ TEST_CASE("an adapter finds push's goal, which a head alone on the pretrained po
   const double head_error = heldout_error(alone, b, d, cut), adapter_error = heldout_error(adapted, b, d, cut);
   std::fprintf(stderr, "push goal, held-out 1 - R^2 after %d steps of %d: head alone %.3f, with a rank-8 adapter %.3f (%lld frames)\n",
                kSteps, kBatch, head_error, adapter_error, static_cast<long long>(n));
-  CHECK(test::figure_holds("adapters.push_goal_error_ratio", adapter_error / head_error, "<=", 0.5));
-  CHECK(test::figure_holds("adapters.head_alone_push_goal_error", head_error, ">", 0.5));
+  CHECK(test::figure_holds("adapters.push_goal_error_ratio", adapter_error / head_error, "<=", 0.25));
+  CHECK(test::figure_holds("adapters.head_alone_push_goal_error", head_error, ">", 0.4));
 }
