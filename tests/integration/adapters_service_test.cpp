@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "nexus/client.hpp"
+#include "error_code.hpp"
 #include "processes.hpp"
 
 using namespace nexus::test;
@@ -40,15 +41,6 @@ Batch make_batch(nexus::Client& c, const nexus::BackboneInfo& bb, unsigned seed)
   for (auto& v : b.tokens.raw()) v = 0;
   for (auto& v : b.mask.raw()) v = 1;
   return b;
-}
-
-nexus::ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const nexus::Error& e) {
-    return e.code();
-  }
-  return nexus::ErrorCode::None;
 }
 
 nexus::TenantSpec adapted(int rank, double lr = 1e-3) {

@@ -12,6 +12,7 @@
 
 #include "nexus/client.hpp"
 #include "nexus/status.hpp"
+#include "error_code.hpp"
 #include "processes.hpp"
 #include "tenant_run.hpp"
 
@@ -28,15 +29,6 @@ nexus::JobInfo wait_job(nexus::Client& c, std::uint64_t id, std::chrono::seconds
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   } while (std::chrono::steady_clock::now() < deadline);
   return j;
-}
-
-nexus::ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const nexus::Error& e) {
-    return e.code();
-  }
-  return nexus::ErrorCode::None;
 }
 
 }  // namespace

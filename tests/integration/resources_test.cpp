@@ -10,6 +10,7 @@
 
 #include "nexus/client.hpp"
 #include "nexus/status.hpp"
+#include "error_code.hpp"
 #include "processes.hpp"
 
 using namespace nexus::test;
@@ -21,15 +22,6 @@ std::size_t rss_kib(pid_t pid) {
   for (std::string line; std::getline(in, line);)
     if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6));
   return 0;
-}
-
-nexus::ErrorCode code_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const nexus::Error& e) {
-    return e.code();
-  }
-  return nexus::ErrorCode::None;
 }
 
 struct Obs {
