@@ -104,3 +104,24 @@ TEST_CASE("nexus-bench workload --json compares shared and isolated runs and wri
   CHECK(read_file(out.path + "/w/workload.csv").find("mode,tenant") == 0);
   CHECK(read_file(out.path + "/w/timeline.png").substr(1, 3) == "PNG");
 }
+
+TEST_CASE("nexus-bench adapters --json ends with its figures, grouped against a pass per tenant and none",
+          "[integration][model][bench][adapters]") {
+  TempDir out;
+  const pid_t b = spawn({NEXUS_TEST_BENCH, "adapters", "--backbone", "tiny", "--tenants", "1,2", "--rank", "4",
+                         "--rounds", "1", "--repeats", "1", "--json"},
+                        {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
+  INFO(read_file(out.path + "/err"));
+  REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
+  const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
+  for (const char* key : {"infer.T1.grouped_over_serial_speedup", "infer.T2.grouped_over_serial_speedup",
+                          "train.T2.grouped_over_serial_speedup", "adapter_fraction_of_backbone"}) {
+    INFO(key);
+    REQUIRE(j.contains(key));
+    CHECK(j[key].get<double>() > 0);
+  }
+  REQUIRE(j.contains("infer.T2.adapter_overhead"));
+  // A rank-4 adapter on tiny's 2 blocks x 6 projections: 4 x (4 x 256 + 2 x 640) per block.
+  CHECK(j["adapter_bytes"] == 2 * 4 * (4 * 256 + 2 * 640) * 4);
+  CHECK(j["rank"] == 4);
+}
