@@ -154,3 +154,45 @@ TEST_CASE("adapter tenants train beside head-only ones in shared passes; a bad s
   const auto probe = make_batch(*ada, bb, 99);
   CHECK(ada->predict(probe.obs(), after.latest_version).actions == pinned_actions);
 }
+
+namespace {
+
+// ada's losses over 6 steps on a deterministic nexusd, alone or beside a head-only tenant
+// training at the same time.
+std::vector<double> deterministic_losses(bool beside) {
+  TempDir dir;
+  auto args = flags(dir.path + "/state");
+  args.push_back("--deterministic");
+  Daemon d(args);
+  auto opts = [&](const std::string& t) {
+    return nexus::ClientOptions{.socket_path = d.socket(), .tenant = t, .timeout = std::chrono::seconds(120)};
+  };
+  auto ada = nexus::Client::attach(opts("ada"));
+  const auto bb = ada->register_tenant(adapted(8));
+  std::thread other;
+  if (beside)
+    other = std::thread([&] {
+      auto plain = nexus::Client::attach(opts("plain"));
+      plain->register_tenant(adapted(4));
+      for (int i = 0; i < 6; ++i) {
+        const auto b = make_batch(*plain, bb, static_cast<unsigned>(50 + i));
+        plain->sft_step(b.obs(), b.actions);
+      }
+    });
+  std::vector<double> losses;
+  for (int i = 0; i < 6; ++i) {
+    const auto b = make_batch(*ada, bb, static_cast<unsigned>(i));
+    losses.push_back(ada->sft_step(b.obs(), b.actions).loss);
+  }
+  if (other.joinable()) other.join();
+  return losses;
+}
+
+}  // namespace
+
+TEST_CASE("deterministic mode: an adapter tenant's losses are bitwise the same alone and beside another adapter",
+          "[integration][model][adapters][equivalence]") {
+  const auto alone = deterministic_losses(false), beside = deterministic_losses(true);
+  CHECK(alone == beside);
+  CHECK(alone.back() != alone.front());  // it trained
+}
