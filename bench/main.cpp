@@ -77,6 +77,12 @@ int main(int argc, char** argv) {
   auto* workload_cmd = app.add_subcommand("workload", "the reference mix (3 RL + 1 SFT) shared vs isolated, side by side");
   workload_cmd->add_option("--scale", workload.scale, "multiplies every tenant's work (1: about 5 minutes on 2 cores)");
   workload_cmd->add_option("--out", workload.out, "directory for workload.csv, timeline.csv, timeline.png");
+  workload_cmd->add_option("--scenario", workload.scenario,
+                           "mix (3 RL + 1 SFT, shared vs isolated), sft-cache (two SFT tenants on one dataset, "
+                           "feature cache off/on/shared/bounded), or all")
+      ->check(CLI::IsMember({"mix", "sft-cache", "all"}));
+  workload_cmd->add_option("--cache-epochs", workload.cache_epochs, "sft-cache: epochs per tenant")
+      ->check(CLI::Range(2, 100));
   workload_cmd->add_flag("--json", workload.json, "last line: one JSON object of figures");
   nexus::bench::FairnessOptions fairness{.sft_tenant = NEXUS_BENCH_SFT_TENANT};
   auto* fairness_cmd = app.add_subcommand("fairness", "weights 1:2 under contention; predict latency idle vs behind training");

@@ -3,7 +3,9 @@
 // invocation; aggregate device time as the reference design counts it, per-service utilization,
 // per-tenant results, a CSV and a PNG timeline of busy intervals per service by tenant, and the
 // CPU time of the daemon and its tenants in each run: the share of the cores the isolated runs
-// left idle is the most any schedule could save on this machine (`reduction_ceiling`).
+// left idle is the most any schedule could save on this machine (`reduction_ceiling`). Then a
+// second scenario: two SFT tenants on one dataset for several epochs with the frozen-feature
+// cache off, on, shared and bounded (`sft_cache` in the JSON).
 //
 // nexus-bench fairness: weights 1:2 under contention (compute-seconds ratio), and the predict
 // latency of an inference-only tenant idle vs. while three tenants saturate training, beside
@@ -11,15 +13,21 @@
 #pragma once
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace nexus::bench {
 
 struct WorkloadOptions {
   double scale = 1.0;       // multiplies every tenant's work (1: about 5 minutes on 2 cores)
+  std::string scenario = "all";  // mix (3 RL + 1 SFT), sft-cache (two SFT tenants, feature cache off/on), all
+  int cache_epochs = 4;          // sft-cache: epochs per tenant
   std::string out;          // directory for workload.csv, timeline.csv, timeline.png (default: a temp dir)
   bool json = false;
   std::string nexusd, nexusctl, rl_tenant, sft_demos_tenant, python, plot_script;
 };
 int run_workload(const WorkloadOptions& options);
+// The sft-cache scenario (sft_cache_bench.cpp): prints its table, returns its figures.
+nlohmann::json run_sft_cache(const WorkloadOptions& options, const std::string& dir);
 
 struct FairnessOptions {
   double seconds = 15;      // each measured phase

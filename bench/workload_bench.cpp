@@ -118,6 +118,13 @@ int run_workload(const WorkloadOptions& o) {
     dir = ::mkdtemp(tmpl);
   }
   std::filesystem::create_directories(dir);
+  if (o.scenario != "all" && o.scenario != "mix" && o.scenario != "sft-cache")
+    throw std::runtime_error("--scenario is mix, sft-cache or all, not '" + o.scenario + "'");
+  if (o.scenario == "sft-cache") {
+    nlohmann::json j = {{"scale", o.scale}, {"out", dir}, {"sft_cache", run_sft_cache(o, dir)}};
+    if (o.json) std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
   const std::string dataset = dir + "/reach.hdf5";
   std::fprintf(stderr, "[workload] recording 100 reach demonstrations for erin ...\n");
   const pid_t rec = test::spawn({o.nexusctl, "dataset", "record", "--task", "reach", "--episodes", "100", "--out", dataset},
@@ -214,6 +221,7 @@ int run_workload(const WorkloadOptions& o) {
   if (test::wait_exit(plot, std::chrono::seconds(120)) == 0) j["png"] = png;
   std::printf("files: %s/workload.csv, %s/timeline.csv%s\n", dir.c_str(), dir.c_str(),
               j.contains("png") ? (", " + png).c_str() : " (no plot: see plot.err)");
+  if (o.scenario == "all") j["sft_cache"] = run_sft_cache(o, dir);
   if (o.json) std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -42,6 +42,8 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.model.idle_evict = c.idle_evict;
   m.model.users = {c.max_slots_per_uid, c.max_checkpoints_per_uid, c.checkpoint_bytes_per_uid};
   for (const auto& [name, w] : c.tenants) m.model.tenants[name] = {w.weight, w.priority, w.replica};
+  m.model.feature_cache = {c.feature_cache_bytes, c.feature_cache_bytes_per_tenant, c.feature_cache_disk_bytes, "",
+                           c.feature_cache_shared};
   m.env.workers = static_cast<int>(c.env_workers);
   m.external_envs = c.external_envs;
   m.external_timeouts = {c.external_open_timeout, c.external_step_timeout};
@@ -89,6 +91,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> external_envs;
   std::string timeline;
   double max_request_gflop = 0;
+  std::int64_t feature_cache_mib = -1;
+  bool feature_cache_shared = false;
   std::string socket_mode, socket_group;
   std::vector<std::string> inject_faults;
   app.add_option("-c,--config", config_path, "TOML config file (see systemd/nexusd.toml)");
@@ -115,6 +119,9 @@ int main(int argc, char** argv) {
   app.add_flag("--version", version, "print the version and exit");
   app.add_option("--inject-fault", inject_faults, "tests only: a fault to inject once (daemon/fault/fault_plan.hpp)")
       ->check(CLI::IsMember(nexus::daemon::fault::Plan::names()));
+  app.add_option("--feature-cache-mib", feature_cache_mib, "the frozen-feature cache's memory ([feature_cache] mib; 0: off)");
+  app.add_flag("--feature-cache-shared", feature_cache_shared,
+               "tenants on the same dataset content share cached features ([feature_cache] shared)");
   app.add_flag("--check-config", check_config, "check the configuration (file and flags), print what it resolves to, and exit");
   CLI11_PARSE(app, argc, argv);
   if (version) {
@@ -153,6 +160,8 @@ int main(int argc, char** argv) {
   }
   if (!timeline.empty()) config.timeline_path = timeline;
   if (max_request_gflop > 0) config.max_request_gflop = max_request_gflop;
+  if (feature_cache_mib >= 0) config.feature_cache_bytes = static_cast<std::uint64_t>(feature_cache_mib) << 20;
+  if (feature_cache_shared) config.feature_cache_shared = true;
   if (!socket_mode.empty()) {
     char* end = nullptr;
     const auto m = std::strtoul(socket_mode.c_str(), &end, 8);

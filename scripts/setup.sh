@@ -18,6 +18,7 @@ packages=(
   libtomlplusplus-dev libcli11-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libmujoco-dev libosmesa6-dev libhdf5-dev hdf5-tools   # simulators, datasets (h5dump in tests)
   libseccomp-dev                               # the dataset reader's sandbox (seccomp filter)
+  libssl-dev                                   # SHA-256 of the feature cache's keys (OpenSSL)
   python3 python3-venv python3-dev pybind11-dev python3-wheel  # the Python client (python/; wheel: pip install ./python offline)
   passwd procps util-linux                     # useradd/runuser for the access tests; pgrep
   tmux                                         # nexusctl top is tested in a real 80x24 terminal

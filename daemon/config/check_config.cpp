@@ -47,6 +47,14 @@ int check_config(const DaemonConfig& c, const std::string& source) {
   std::printf("           per user: %u names, %u slots, %u checkpoints (%llu MiB); jobs: %u per tenant, %u in all\n",
               c.max_names_per_uid, c.max_slots_per_uid, c.max_checkpoints_per_uid,
               static_cast<unsigned long long>(c.checkpoint_bytes_per_uid >> 20), c.jobs_per_tenant, c.jobs_total);
+  if (c.feature_cache_bytes == 0)
+    std::printf("  cache    feature cache off ([feature_cache] mib = 0)\n");
+  else
+    std::printf("  cache    features of dataset samples: %llu MiB (%llu per tenant), disk tier %llu MiB, %s\n",
+                static_cast<unsigned long long>(c.feature_cache_bytes >> 20),
+                static_cast<unsigned long long>(c.feature_cache_bytes_per_tenant >> 20),
+                static_cast<unsigned long long>(c.feature_cache_disk_bytes >> 20),
+                c.feature_cache_shared ? "shared across tenants on the same content" : "per tenant");
   std::printf("  regions  %s\n", c.allow_device_regions ? "tenants may register regions of their own ([ipc] allow_device_regions)"
                                                        : "off ([ipc] allow_device_regions = false)");
   std::string devices;

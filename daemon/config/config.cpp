@@ -143,6 +143,18 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
       static_cast<std::uint32_t>(r.positive("model", "max_checkpoints_per_uid", c.max_checkpoints_per_uid));
   c.checkpoint_bytes_per_uid =
       static_cast<std::uint64_t>(r.positive("model", "checkpoint_mib_per_uid", c.checkpoint_bytes_per_uid >> 20)) << 20;
+  c.feature_cache_bytes =
+      static_cast<std::uint64_t>(r.non_negative("feature_cache", "mib", c.feature_cache_bytes >> 20)) << 20;
+  c.feature_cache_bytes_per_tenant =
+      static_cast<std::uint64_t>(r.positive("feature_cache", "mib_per_tenant", c.feature_cache_bytes_per_tenant >> 20))
+      << 20;
+  c.feature_cache_disk_bytes =
+      static_cast<std::uint64_t>(r.non_negative("feature_cache", "disk_mib", c.feature_cache_disk_bytes >> 20)) << 20;
+  if (const auto n = t["feature_cache"]["shared"]) {
+    const auto v = n.value<bool>();
+    if (!v || !n.is_boolean()) r.fail("feature_cache", "shared", "must be true or false");
+    c.feature_cache_shared = *v;
+  }
   if (const auto* tenants = t["tenants"].as_table()) {
     for (const auto& [name, value] : *tenants) {
       const auto* tt = value.as_table();

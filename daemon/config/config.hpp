@@ -65,6 +65,11 @@ struct DaemonConfig {
   std::uint32_t max_checkpoints_per_uid = 256;  // checkpoint tags of one Unix user's tenants
   std::uint64_t checkpoint_bytes_per_uid = 4ull << 30;  // their bytes on disk
   std::map<std::string, TenantWeight> tenants;  // [tenants.NAME] weight, priority, replica
+  // [feature_cache] (docs/design/cache.md): dataset SFT steps' backbone features, by content
+  std::uint64_t feature_cache_bytes = 512ull << 20;             // mib (0: off)
+  std::uint64_t feature_cache_bytes_per_tenant = 256ull << 20;  // mib_per_tenant
+  std::uint64_t feature_cache_disk_bytes = 0;                   // disk_mib (0: no disk tier)
+  bool feature_cache_shared = false;                            // shared: across tenants, same content
   // [env]
   std::uint32_t env_workers = 1;
   std::chrono::milliseconds external_open_timeout{10000};

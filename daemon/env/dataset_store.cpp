@@ -13,6 +13,20 @@ namespace {
 
 std::string mib(std::uint64_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
+// What the backbone reads of an episode: its views (as stored: resized to the backbone's size at
+// load) and its instruction, with the shape that gives the bytes their meaning.
+daemon::ContentDigest episode_digest(const datasets::Episode& ep, const datasets::DatasetMeta& meta) {
+  daemon::ContentHasher h;
+  h.text("nexus.dataset.episode.v1").number(meta.views.size()).number(static_cast<std::uint64_t>(meta.image_size));
+  h.number(static_cast<std::uint64_t>(ep.steps)).text(ep.instruction).bytes(ep.images.data(), ep.images.size());
+  return h.finish();
+}
+
+daemon::ContentDigest sample_key(const daemon::ContentDigest& episode, std::int64_t step) {
+  daemon::ContentHasher h;
+  return h.text("nexus.dataset.sample.v1").digest(episode).number(static_cast<std::uint64_t>(step)).finish();
+}
+
 }  // namespace
 
 std::uint64_t DatasetStore::tenant_bytes(const std::string& tenant, const std::string& except) const {
@@ -99,6 +113,8 @@ LoadedDataset DatasetStore::load(const std::string& tenant, const std::string& n
       for (std::int64_t t = 0; t < ep.steps; ++t) d->index.emplace_back(e, t);
   }
   if (d->index.empty()) throw DatasetRefused(false, "dataset '" + name + "' has no training samples");
+  d->episode_digests.reserve(d->file.episodes.size());
+  for (const auto& ep : d->file.episodes) d->episode_digests.push_back(episode_digest(ep, m));
   d->rng.seed(seed);
   d->bytes = datasets::held_bytes(d->file);
   out.episodes = static_cast<std::uint32_t>(d->file.episodes.size());
@@ -142,10 +158,12 @@ SampledBatch DatasetStore::sample(const std::string& tenant, const std::string& 
   b.mask.resize(static_cast<std::size_t>(n) * T);
   b.state.resize(static_cast<std::size_t>(n) * sd);
   b.actions.resize(static_cast<std::size_t>(n * chunk) * ad);
+  b.sample_keys.resize(static_cast<std::size_t>(n));
   std::lock_guard lk(d->mu);
   for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
     const auto [e, t] = d->index[d->rng() % d->index.size()];
     const auto& ep = d->file.episodes[e];
+    b.sample_keys[i] = sample_key(d->episode_digests[e], t);
     std::memcpy(&b.images[i * image_bytes], ep.images.data() + static_cast<std::size_t>(t) * image_bytes, image_bytes);
     schema::tokenize_bytes(ep.instruction, &b.tokens[i * T], &b.mask[i * T], max_tokens);
     std::memcpy(&b.state[i * sd], ep.proprio.data() + static_cast<std::size_t>(t) * sd, sd * sizeof(float));

@@ -21,6 +21,7 @@
 
 #include "datasets/demo_file.hpp"
 #include "daemon/env/dataset_sandbox.hpp"
+#include "daemon/state/content_digest.hpp"
 #include "datasets/normalizer.hpp"
 
 namespace nexus::env {
@@ -69,6 +70,11 @@ struct SampledBatch {
   std::vector<std::uint8_t> images, mask;
   std::vector<std::int32_t> tokens;
   std::vector<float> state, actions;
+  // Per sample: what the backbone sees of it, digested (its episode's content digest and the
+  // step), so that the model service can key its frozen-feature cache by content
+  // (docs/design/cache.md). The pixels are the stored, resized ones: no augmentation is applied
+  // here; one that changed pixels would have to enter this key.
+  std::vector<daemon::ContentDigest> sample_keys;
 };
 
 class DatasetStore {
@@ -95,6 +101,7 @@ class DatasetStore {
     datasets::DemoFile file;
     std::vector<std::pair<std::size_t, std::int64_t>> index;  // (episode, step) of every training sample
     std::shared_ptr<const datasets::Normalizer> normalizer;   // null unless loaded with normalize
+    std::vector<daemon::ContentDigest> episode_digests;       // SHA-256 of each episode's views and instruction
     std::uint64_t bytes = 0;
     std::mutex mu;                                          // the sampling RNG
     std::mt19937_64 rng;

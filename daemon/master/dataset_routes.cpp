@@ -66,6 +66,7 @@ model::Request sampled_sft_request(const std::string& tenant, std::shared_ptr<co
   step.obs.mask = {b->mask.data(), DType::UInt8, {b->n, b->max_tokens}};
   if (b->state_dim > 0) step.obs.state = {b->state.data(), DType::Float32, {b->n, b->state_dim}};
   step.actions = {b->actions.data(), DType::Float32, {b->n, b->chunk, b->action_dim}};
+  step.sample_keys = b->sample_keys;  // the batch is the daemon's own: its keys name its bytes
   m.op = std::move(step);
   m.keepalive = std::move(b);
   m.done = std::move(done);

@@ -190,6 +190,9 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   s.input_bytes_packed = m.input_bytes_packed, s.rerun_groups = m.rerun_groups;
   s.split_steps = m.split_steps;
   s.adapters = m.adapters;
+  const auto& fc = m.feature_cache;
+  s.feature_cache = {fc.hits,    fc.misses, fc.disk_hits,    fc.inserts,    fc.evictions,
+                     fc.entries, fc.bytes,  fc.disk_entries, fc.disk_bytes, impl_->config.model.feature_cache.bytes};
   s.inference_queued = m.inference_queued, s.training_queued = m.training_queued;
   s.slots_resident = m.slots_resident, s.slots_evicted = m.slots_evicted;
   s.longest_training_turn_s = m.longest_training_turn_s;

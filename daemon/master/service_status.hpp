@@ -45,6 +45,13 @@ struct UserBounds {
   std::uint64_t names = 0, slots = 0, checkpoints = 0, checkpoint_bytes = 0;
 };
 
+// The frozen-feature cache's counters (model::FeatureCacheStats, copied: this header is the
+// reactor's and stays free of the model service's).
+struct FeatureCacheStatus {
+  std::uint64_t hits = 0, misses = 0, disk_hits = 0, inserts = 0, evictions = 0;
+  std::uint64_t entries = 0, bytes = 0, disk_entries = 0, disk_bytes = 0, bound_bytes = 0;
+};
+
 struct ServiceStatus {
   std::string backbone;                  // empty without a model service
   std::vector<ReplicaStatus> replicas;   // one per model.devices entry
@@ -56,6 +63,7 @@ struct ServiceStatus {
   metrics::Snapshot usage;
   std::map<std::string, double> weights;  // configured tenants' fair-share weights
   std::map<std::string, std::string> adapters;  // tenants registered with an adapter: its description
+  FeatureCacheStatus feature_cache;             // zeros when the cache is off
   std::vector<JobInfo> jobs;
   std::uint64_t health_restarts = 0;  // roles the Health Manager restarted
   std::vector<std::string> health;    // those roles: "name: N restart(s), last: reason"

@@ -73,6 +73,21 @@ std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus*
   w.family("nexus_slots", "gauge", "Tenant slots, resident in memory or evicted to their checkpoint.");
   w.sample("nexus_slots", "state=\"resident\"", static_cast<double>(s->slots_resident));
   w.sample("nexus_slots", "state=\"evicted\"", static_cast<double>(s->slots_evicted));
+  const auto& fc = s->feature_cache;
+  w.family("nexus_feature_cache_lookups_total", "counter",
+           "Frozen-feature cache lookups of dataset SFT samples, by result (a disk hit is also a hit).");
+  w.sample("nexus_feature_cache_lookups_total", "result=\"hit\"", static_cast<double>(fc.hits));
+  w.sample("nexus_feature_cache_lookups_total", "result=\"miss\"", static_cast<double>(fc.misses));
+  w.sample("nexus_feature_cache_lookups_total", "result=\"disk_hit\"", static_cast<double>(fc.disk_hits));
+  w.family("nexus_feature_cache_evictions_total", "counter", "Entries the feature cache's bounds pushed out of memory.");
+  w.sample("nexus_feature_cache_evictions_total", "", static_cast<double>(fc.evictions));
+  w.family("nexus_feature_cache_bytes", "gauge", "Bytes the feature cache holds, by tier, and its memory bound.");
+  w.sample("nexus_feature_cache_bytes", "tier=\"memory\"", static_cast<double>(fc.bytes));
+  w.sample("nexus_feature_cache_bytes", "tier=\"disk\"", static_cast<double>(fc.disk_bytes));
+  w.sample("nexus_feature_cache_bytes", "tier=\"bound\"", static_cast<double>(fc.bound_bytes));
+  w.family("nexus_feature_cache_entries", "gauge", "Samples' features the cache holds, by tier.");
+  w.sample("nexus_feature_cache_entries", "tier=\"memory\"", static_cast<double>(fc.entries));
+  w.sample("nexus_feature_cache_entries", "tier=\"disk\"", static_cast<double>(fc.disk_entries));
   w.family("nexus_env_sessions", "gauge", "Open simulator sessions.");
   w.sample("nexus_env_sessions", "", static_cast<double>(s->env_sessions));
   w.family("nexus_dataset_bytes", "gauge", "Bytes of demonstration datasets held.");

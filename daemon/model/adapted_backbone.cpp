@@ -89,6 +89,7 @@ class AdaptableBuiltin : public AdaptableBackbone {
     return adapted_(images, tokens, mask, adapters);
   }
   const BackboneConfig& config() const override { return b_->config(); }
+  torch::nn::Module& module() override { return *b_; }
 
  private:
   VLABackbone b_;

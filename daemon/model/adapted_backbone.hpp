@@ -50,6 +50,8 @@ class AdaptableBackbone : public Backbone {
   // never get gradients.
   virtual VLAFeature forward_adapted(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask,
                                      const AdapterBatch& adapters, bool grad) = 0;
+  // The module whose parameters and buffers are the weights (the feature cache digests them).
+  virtual torch::nn::Module& module() = 0;
 };
 
 // make_builtin_backbone's backbone (frozen, `weights` or its seeded init, on `device`), adaptable.

@@ -60,6 +60,8 @@ GroupExecutor::Ran GroupExecutor::run(std::vector<Work>& group, metrics::Service
     if (std::holds_alternative<MicroWork>(w)) {
       bound.push_back(micro_bound(w, slot));
       bound.back().adapter = slot->trainer->adapter();
+      key_rows(bound.back());
+      look_up(bound.back());
       continue;
     }
     Bound b;
@@ -68,11 +70,15 @@ GroupExecutor::Ran GroupExecutor::run(std::vector<Work>& group, metrics::Service
       continue;
     }
     if (!resolve_adapter(b, slot)) continue;
-    if (b.kind == Bound::Kind::Sft && split_above > 0 && b.n > split_above) {
+    key_rows(b);
+    // Split by what the backbone would run: a step most of whose rows are cached stays whole.
+    if (b.kind == Bound::Kind::Sft && split_above > 0 && rows_to_run(b) > split_above) {
       b = start_chain(w, std::move(b), split_above);
+      key_rows(b);  // its first micro-batch's
       std::lock_guard lk(stats_mu_);
       ++stats_.split_steps;
     }
+    look_up(b);
     bound.push_back(std::move(b));
   }
   if (bound.empty()) return ran;
@@ -95,10 +101,17 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
   bool training = false;
   std::int64_t offset = 0;
   for (auto& b : bound) {
-    images.push_back(b.images), tokens.push_back(b.tokens), masks.push_back(b.mask);
+    if (b.pass_rows() == 0) continue;  // every row cached
+    if (b.cache_plan) {                // only the rows the cache does not hold
+      const auto rows = torch::tensor(b.missing, torch::kInt64);
+      images.push_back(b.images.index_select(0, rows)), tokens.push_back(b.tokens.index_select(0, rows));
+      masks.push_back(b.mask.index_select(0, rows));
+    } else {
+      images.push_back(b.images), tokens.push_back(b.tokens), masks.push_back(b.mask);
+    }
     if (b.adapter) adapters.segments.push_back({offset, b.n, b.adapter});
     training = training || b.trains_adapter();
-    offset += b.n;
+    offset += b.pass_rows();
   }
   try {
     torch::NoGradGuard no_grad;
@@ -125,7 +138,9 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
   const auto t0 = sched::Clock::now();
   VLAFeature features;
   std::string error;
-  if (!forward(bound, features, error)) {
+  std::int64_t samples = 0;  // through the backbone (rows the feature cache held are not)
+  for (auto& b : bound) samples += b.pass_rows();
+  if (samples > 0 && !forward(bound, features, error)) {
     if (bound.size() > 1) {  // find the member it fails on; the others go on alone
       {
         std::lock_guard lk(stats_mu_);
@@ -140,13 +155,11 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
   }
   const auto t1 = sched::Clock::now();
   const double backbone_s = std::chrono::duration<double>(t1 - t0).count();
-  std::int64_t samples = 0;
-  for (auto& b : bound) samples += b.n;
   ran.samples += samples;
   {
     // Counted before any reply goes out: a tenant that has its answer sees it in the status.
     std::lock_guard lk(stats_mu_);
-    stats_.groups += 1;
+    stats_.groups += samples > 0 ? 1 : 0;
     stats_.grouped_requests += bound.size();
     stats_.samples += static_cast<std::uint64_t>(samples);
     stats_.backbone_seconds += backbone_s;
@@ -156,19 +169,29 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
   // no other member's backward can reach into the pass.
   std::vector<PendingPrediction> predictions;
   std::vector<DeferredStep> deferred;
-  const VLAFeature plain = features.pooled.requires_grad()
+  const VLAFeature plain = features.pooled.defined() && features.pooled.requires_grad()
                                ? VLAFeature{features.tokens.detach(), features.pooled.detach(), features.mask}
                                : features;
   std::int64_t offset = 0;
   for (auto& b : bound) {
-    const VLAFeature& src = b.trains_adapter() ? features : plain;
-    VLAFeature f{src.tokens.narrow(0, offset, b.n), src.pooled.narrow(0, offset, b.n), src.mask.narrow(0, offset, b.n)};
-    offset += b.n;
     const auto h0 = sched::Clock::now();
+    const VLAFeature& src = b.trains_adapter() ? features : plain;
+    const auto rows = b.pass_rows();
+    VLAFeature f;
+    if (rows > 0)
+      f = {src.tokens.narrow(0, offset, rows), src.pooled.narrow(0, offset, rows), src.mask.narrow(0, offset, rows)};
+    offset += rows;
+    try {
+      f = member_features(b, f);
+    } catch (const std::exception& e) {
+      fail(*b.work, Fault::Internal, std::string("feature cache: ") + e.what());
+      continue;
+    }
     if (b.trains_adapter()) defer_step(b, f, deferred);
     else run_head(b, f, predictions);
     const double head_s = std::chrono::duration<double>(sched::Clock::now() - h0).count();
-    const double seconds = backbone_s * static_cast<double>(b.n) / static_cast<double>(samples) + head_s;
+    const double seconds =
+        (samples > 0 ? backbone_s * static_cast<double>(rows) / static_cast<double>(samples) : 0.0) + head_s;
     ran.charged[b.tenant] += seconds;
     if (accounting_) {
       const bool sft = b.kind == Bound::Kind::Sft || (b.kind == Bound::Kind::Micro && b.offset + b.n == b.chain->n);

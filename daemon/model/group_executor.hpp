@@ -42,6 +42,11 @@ class GroupExecutor {
   // Answers every live member of `group` exactly once (errors included). `split_above` > 0: an
   // SFT step of more samples runs as micro-batches of that many (a StepChain; its first here).
   Ran run(std::vector<Work>& group, metrics::Service service, std::int64_t split_above);
+  // Dataset SFT steps read and fill `cache` (not owned; outlives the executor), keyed under the
+  // digest of this executor's backbone.
+  void use_feature_cache(FeatureCache* cache, const daemon::ContentDigest& backbone_digest) {
+    cache_ = cache, backbone_digest_ = backbone_digest;
+  }
 
  private:
   void pass(std::span<Bound> bound, metrics::Service service, Ran& ran);
@@ -72,6 +77,15 @@ class GroupExecutor {
   void defer_step(Bound& b, const VLAFeature& f, std::vector<DeferredStep>& deferred);
   void backward_deferred(std::vector<DeferredStep>& deferred, metrics::Service service, Ran& ran);
 
+  // The frozen-feature cache (group_cache.cpp). key_rows: b's rows' keys (none: not cached);
+  // rows_to_run: how many of them the cache does not hold (a split decision, not a lookup);
+  // look_up: the rows found (b.cache_plan when any). member_features: b's features, its found
+  // rows with the pass's `computed` ones (its pass rows); the computed rows are kept in the cache.
+  void key_rows(Bound& b);
+  std::int64_t rows_to_run(const Bound& b) const;
+  void look_up(Bound& b);
+  VLAFeature member_features(Bound& b, const VLAFeature& computed);
+
   torch::Tensor on_device(const torch::Tensor& t) const { return t.defined() ? t.to(device_) : t; }
 
   Backbone& backbone_;
@@ -83,6 +97,8 @@ class GroupExecutor {
   metrics::Accounting* accounting_;
   ModelStats& stats_;
   std::mutex& stats_mu_;
+  FeatureCache* cache_ = nullptr;
+  daemon::ContentDigest backbone_digest_{};
 };
 
 }  // namespace nexus::model::detail

@@ -6,6 +6,7 @@
 
 #include "daemon/log/log_text.hpp"
 #include "daemon/model/devices.hpp"
+#include "daemon/model/feature_cache.hpp"
 #include "daemon/model/policy_port.hpp"
 #include "daemon/model/replica.hpp"
 #include "daemon/model/reproducible_math.hpp"
@@ -34,10 +35,15 @@ ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::A
                                std::to_string(devices.size()) + " device(s) in model.devices");
     pinned_[tenant] = p.replica;
   }
+  if (config.feature_cache.bytes > 0) {
+    auto fc = config.feature_cache;
+    if (fc.dir.empty()) fc.dir = config.state_dir + "/feature-cache";
+    feature_cache_ = std::make_shared<FeatureCache>(std::move(fc));
+  }
   for (std::size_t i = 0; i < devices.size(); ++i)
     replicas_.push_back(std::make_unique<detail::Replica>(
         config, devices[i], devices.size() == 1 ? "executor" : "executor." + std::to_string(i), accounting, health,
-        quotas_));
+        quotas_, feature_cache_));
 }
 
 ModelService::~ModelService() = default;
@@ -106,6 +112,7 @@ ModelStats ModelService::stats() const {
         std::max(total.longest_shared_training_turn_s, s.longest_shared_training_turn_s);
     total.replicas.push_back({replicas_[i]->device(), placed[i], s.groups, s.samples});
   }
+  if (feature_cache_) total.feature_cache = feature_cache_->stats();
   return total;
 }
 

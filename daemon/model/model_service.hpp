@@ -39,10 +39,12 @@
 #include "daemon/model/slot_spec.hpp"
 #include "daemon/model/user_quotas.hpp"
 #include "daemon/sched/group_batcher.hpp"
+#include "daemon/state/content_digest.hpp"
 
 namespace nexus::model {
 
-class PolicyPort;  // daemon/model/policy_port.hpp (LibTorch): what RL jobs use
+class PolicyPort;    // daemon/model/policy_port.hpp (LibTorch): what RL jobs use
+class FeatureCache;  // daemon/model/feature_cache.hpp (LibTorch)
 namespace detail {
 class Replica;  // daemon/model/replica.hpp (LibTorch)
 }
@@ -74,6 +76,9 @@ struct Register {
 struct SftStep {
   Observation obs;
   HostTensor actions;  // float32 [n, chunk, action_dim]
+  // Per sample, the dataset store's content key (empty: not cacheable, e.g. a tenant's own batch
+  // from its arena, which it may rewrite): the frozen-feature cache's (feature_cache.hpp).
+  std::vector<daemon::ContentDigest> sample_keys;
 };
 struct Predict {
   Observation obs;
@@ -136,6 +141,21 @@ struct TenantPolicy {
   int replica = -1;    // pinned to devices[replica]; -1: placed on the least loaded
 };
 
+// The frozen-feature cache (feature_cache.hpp, docs/design/cache.md). bytes 0: off.
+struct FeatureCacheConfig {
+  std::uint64_t bytes = 512ull << 20;             // in host memory, in all
+  std::uint64_t bytes_per_tenant = 256ull << 20;  // of those, inserted by one tenant
+  std::uint64_t disk_bytes = 0;                   // the disk tier under dir (0: none)
+  std::string dir;                                // <state_dir>/feature-cache when empty
+  bool shared = false;                            // tenants on the same dataset content share entries
+};
+
+struct FeatureCacheStats {
+  std::uint64_t hits = 0, misses = 0;  // sample lookups (a disk hit is a hit)
+  std::uint64_t disk_hits = 0, inserts = 0, evictions = 0;
+  std::uint64_t entries = 0, bytes = 0, disk_entries = 0, disk_bytes = 0;
+};
+
 struct ModelConfig {
   std::string backbone = "tiny";
   // One backbone replica per entry ("cpu", "cuda:N"); empty: every visible CUDA device, else
@@ -155,6 +175,7 @@ struct ModelConfig {
   int versions_kept = 8;                 // published versions kept per tenant (plus pinned ones)
   std::chrono::seconds idle_evict{600};  // a detached tenant's slot is checkpointed and freed after this
   UserLimits users;                      // per Unix user: resident slots, checkpoint tags and bytes
+  FeatureCacheConfig feature_cache;
   std::map<std::string, TenantPolicy> tenants;  // weights and priorities by tenant name
 };
 
@@ -180,6 +201,7 @@ struct ModelStats {
   double longest_shared_training_turn_s = 0;  // the same, of turns run while another tenant was active
   std::vector<ReplicaStats> replicas;    // ModelService::stats(): one per device, in config order
   std::map<std::string, std::string> adapters;  // tenant -> its adapter, as registered or loaded
+  FeatureCacheStats feature_cache;
 };
 
 class ModelService {
@@ -219,6 +241,7 @@ class ModelService {
   detail::Replica& replica_for(const std::string& tenant);  // places on first sight
 
   UserQuotas quotas_;  // shared by the replicas: before them, so it outlives them
+  std::shared_ptr<FeatureCache> feature_cache_;  // shared by the replicas; null when off
   std::vector<std::unique_ptr<detail::Replica>> replicas_;
   mutable std::mutex placement_mu_;
   std::map<std::string, std::size_t> placement_;  // GUARDED_BY(placement_mu_): tenant -> replica

@@ -8,6 +8,7 @@
 #include "daemon/fault/fault_plan.hpp"
 #include "daemon/log/log_text.hpp"
 #include "daemon/model/adapted_backbone.hpp"
+#include "daemon/model/feature_cache.hpp"
 #include "daemon/model/policy_port.hpp"
 #include "daemon/model/torchscript_backbone.hpp"
 
@@ -48,7 +49,8 @@ class Replica::Policy final : public PolicyPort {
 };
 
 Replica::Replica(const ModelConfig& config, torch::Device device, const std::string& role_name,
-                 std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, UserQuotas& quotas)
+                 std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, UserQuotas& quotas,
+                 std::shared_ptr<FeatureCache> cache)
     : config_(config),
       device_(device),
       device_name_(device.str()),
@@ -77,6 +79,16 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
   executor_ = std::make_unique<GroupExecutor>(*backbone_, device_, *registry_,
                                               make_cost_model(*backbone_, bc, config.max_request_gflop, builtin),
                                               config.deterministic, accounting_.get(), stats_, stats_mu_);
+  if (cache) {
+    cache_ = std::move(cache);
+    const auto digest = backbone_digest(*backbone_, config.backbone, config.weights);
+    executor_->use_feature_cache(cache_.get(), digest);
+    log_text(LogLevel::Info, "feature_cache",
+             "device=" + device_name_ + " backbone_digest=" + daemon::to_hex(digest).substr(0, 16) +
+                 " mib=" + std::to_string(cache_->config().bytes >> 20) + " mib_per_tenant=" +
+                 std::to_string(cache_->config().bytes_per_tenant >> 20) + " disk_mib=" +
+                 std::to_string(cache_->config().disk_bytes >> 20) + " shared=" + (cache_->config().shared ? "true" : "false"));
+  }
   if (health_)
     role_ = health_->add(role_name, std::chrono::milliseconds(0), [this] {
       std::lock_guard lk(threads_mu_);

@@ -39,9 +39,11 @@ namespace nexus::model::detail {
 class Replica {
  public:
   // Loads the backbone (throws std::runtime_error) and starts the executor thread, a role of
-  // `health` named `role_name` (optional). `quotas`: per-user bounds, shared with the other replicas.
+  // `health` named `role_name` (optional). `quotas`: per-user bounds, shared with the other replicas;
+  // so is `cache`, the frozen-feature cache (null: off).
   Replica(const ModelConfig& config, torch::Device device, const std::string& role_name,
-          std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, UserQuotas& quotas);
+          std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, UserQuotas& quotas,
+          std::shared_ptr<FeatureCache> cache = nullptr);
   // Stops the executor (the turn in progress finishes); queued work fails with "nexusd is
   // stopping"; then every slot that changed is checkpointed (SlotRegistry::checkpoint_all).
   ~Replica();
@@ -81,6 +83,7 @@ class Replica {
   std::shared_ptr<metrics::Accounting> accounting_;
   daemon::HealthManager* const health_;
   std::unique_ptr<Backbone> backbone_;
+  std::shared_ptr<FeatureCache> cache_;      // before executor_, which uses it
   std::unique_ptr<SlotRegistry> registry_;   // slots: executor thread (pins: any)
   std::unique_ptr<GroupExecutor> executor_;  // executor thread only
 

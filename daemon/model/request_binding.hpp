@@ -12,6 +12,7 @@
 #include <string>
 
 #include "daemon/model/backbone.hpp"
+#include "daemon/model/feature_cache.hpp"
 #include "daemon/model/work.hpp"
 
 namespace nexus::model::detail {
@@ -49,6 +50,14 @@ struct Bound {
   // training and features, the version's for predict, the acting version's for RL acting.
   const LoraAdapterImpl* adapter = nullptr;
   bool trains_adapter() const { return adapter != nullptr && (kind == Kind::Sft || kind == Kind::Micro); }
+  // The frozen-feature cache (group_cache.cpp): each row's key (empty: not cached). With a plan
+  // (some rows found), `found` holds the found rows' features (the others undefined) and the
+  // backbone pass computes only the `missing` rows, in order.
+  std::vector<daemon::ContentDigest> cache_keys;
+  bool cache_plan = false;
+  std::vector<CachedFeature> found;
+  std::vector<std::int64_t> missing;
+  std::int64_t pass_rows() const { return cache_plan ? static_cast<std::int64_t>(missing.size()) : n; }
 };
 
 // The next micro-batch of `chain` as a bound member of a group pass (rows of its bound batch,
