@@ -103,6 +103,17 @@ TEST_CASE("nexus-bench workload --json compares shared and isolated runs and wri
   CHECK(j["reduction_ceiling"].get<double>() == Approx(1 - j["cpu_util_isolated"].get<double>()));
   CHECK(read_file(out.path + "/w/workload.csv").find("mode,tenant") == 0);
   CHECK(read_file(out.path + "/w/timeline.png").substr(1, 3) == "PNG");
+  // The second scenario, measured in the same run: the cache off reads nothing from it; on, the
+  // later epochs hit it and the backbone ran fewer samples than were drawn; shared, the two
+  // tenants encoded fewer than on their own; bounded, it stayed within its bound.
+  const auto& c = j["sft_cache"];
+  CHECK(c["off"]["hits"].get<double>() == 0);
+  CHECK(c["off"]["backbone_samples"] == c["off"]["drawn"]);
+  CHECK(c["on"]["epoch_hit_rate"].back().get<double>() > 0.5);
+  CHECK(c["on"]["backbone_samples"].get<double>() < c["on"]["drawn"].get<double>());
+  CHECK(c["shared"]["backbone_samples"].get<double>() < c["on"]["backbone_samples"].get<double>());
+  CHECK(c["bounded"]["peak_bytes"].get<double>() <= c["bounded"]["bound_bytes"].get<double>());
+  CHECK(c["cached_epoch_speedup"].get<double>() > 0);
 }
 
 TEST_CASE("nexus-bench adapters --json ends with its figures, grouped against a pass per tenant and none",
