@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
                            "mix (3 RL + 1 SFT, shared vs isolated), sft-cache (two SFT tenants on one dataset, "
                            "feature cache off/on/shared/bounded), or all")
       ->check(CLI::IsMember({"mix", "sft-cache", "all"}));
+  workload_cmd->add_flag("--profile", workload.profile,
+                        "mix: where each executor lane's time went (backbone, copy, heads, optimizer, other, wait)");
   workload_cmd->add_option("--cache-epochs", workload.cache_epochs, "sft-cache: epochs per tenant")
       ->check(CLI::Range(2, 100));
   workload_cmd->add_flag("--json", workload.json, "last line: one JSON object of figures");

@@ -21,6 +21,7 @@ struct WorkloadOptions {
   double scale = 1.0;       // multiplies every tenant's work (1: about 5 minutes on 2 cores)
   std::string scenario = "all";  // mix (3 RL + 1 SFT), sft-cache (two SFT tenants, feature cache off/on), all
   int cache_epochs = 4;          // sft-cache: epochs per tenant
+  bool profile = false;          // mix: each executor lane's time split (backbone, copy, heads, optimizer, wait)
   std::string out;          // directory for workload.csv, timeline.csv, timeline.png (default: a temp dir)
   bool json = false;
   std::string nexusd, nexusctl, rl_tenant, sft_demos_tenant, python, plot_script;

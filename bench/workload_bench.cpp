@@ -31,9 +31,37 @@ struct Run {
   std::map<std::string, double> finished_s;  // since the run began
   std::map<std::string, nlohmann::json> results;
   DaemonStatus status;                       // accounting at the end
+  std::vector<std::map<std::string, double>> lanes;  // per executor: nexus_executor_seconds_total by part
   std::string timeline_csv;                  // the daemon's busy intervals
   double cpu_s = 0;                          // CPU time of the daemon and the tenants while it ran
 };
+
+// nexus_executor_seconds_total{replica="i",...,part="p"} v -> lanes[i][p] = v.
+std::vector<std::map<std::string, double>> executor_profile(const std::string& metrics) {
+  std::vector<std::map<std::string, double>> lanes;
+  std::istringstream in(metrics);
+  const std::string family = "nexus_executor_seconds_total{replica=\"";
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(family, 0) != 0) continue;
+    const auto lane = static_cast<std::size_t>(std::stoul(line.substr(family.size())));
+    const auto part_at = line.find("part=\"") + 6;
+    const auto part = line.substr(part_at, line.find('"', part_at) - part_at);
+    if (lanes.size() <= lane) lanes.resize(lane + 1);
+    lanes[lane][part] = std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return lanes;
+}
+
+// A lane's wall time split: backbone, copy, heads, optimizer, other (the rest of its turns),
+// wait (no turn), as shares of `wall_s`.
+nlohmann::json lane_split(const std::map<std::string, double>& lane, double wall_s) {
+  auto at = [&](const char* k) { return lane.count(k) ? lane.at(k) : 0.0; };
+  const double turns = at("turns");
+  const double other = turns - at("backbone") - at("copy") - at("heads") - at("optimizer");
+  return {{"backbone", at("backbone") / wall_s}, {"copy", at("copy") / wall_s},   {"heads", at("heads") / wall_s},
+          {"optimizer", at("optimizer") / wall_s}, {"other", other / wall_s}, {"wait", 1 - turns / wall_s},
+          {"busy", turns / wall_s}};
+}
 
 // CPU seconds of every child this process has reaped (the tenants, once waited for).
 double reaped_children_cpu_s() {
@@ -89,6 +117,7 @@ Run run_on_one_daemon(const WorkloadOptions& o, const std::vector<TenantWork>& t
     run.wall_s = std::chrono::duration<double>(Clock::now() - t0).count();
     run.cpu_s = test::process_cpu_seconds(daemon.pid()) - daemon_cpu0 + reaped_children_cpu_s() - tenants_cpu0;
     run.status = query_status(daemon.socket());
+    run.lanes = executor_profile(query_metrics(daemon.socket()));
   }  // the daemon stops here and writes its timeline
   run.timeline_csv = test::read_file(timeline);
   return run;
@@ -169,6 +198,9 @@ int run_workload(const WorkloadOptions& o) {
   j["cpu_util_isolated"] = cpu_util_isolated;
   j["cpu_util_shared"] = shared.cpu_s / (cores * shared.wall_s);
   j["reduction_ceiling"] = 1 - cpu_util_isolated;
+  j["reduction_over_ceiling"] = j["compute_time_reduction"].get<double>() / j["reduction_ceiling"].get<double>();
+  for (std::size_t i = 0; i < shared.lanes.size(); ++i)
+    j["executor_busy_shared"].push_back(lane_split(shared.lanes[i], shared.wall_s)["busy"]);
   std::ofstream csv(dir + "/workload.csv");
   csv << "mode,tenant,work,wall_s,compute_s,result\n";
   std::printf("%-7s %-12s %10s %10s %12s %12s  %s\n", "tenant", "work", "alone s", "shared s", "compute alone",
@@ -196,8 +228,27 @@ int run_workload(const WorkloadOptions& o) {
               "  the most any schedule could save here, had sharing added no CPU work: %.1f%%\n",
               cores, cpu_isolated, 100 * j["cpu_util_isolated"].get<double>(), shared.cpu_s,
               100 * j["cpu_util_shared"].get<double>(), 100 * j["reduction_ceiling"].get<double>());
+  std::printf("  the reduction measured is %.2f of that ceiling; the executor was busy", j["reduction_over_ceiling"].get<double>());
+  for (const auto& b : j["executor_busy_shared"]) std::printf(" %.1f%%", 100 * b.get<double>());
+  std::printf(" of the shared run (per lane)\n");
   std::printf("finish-time fairness error: %.2f (spread of shared/alone completion ratios over their mean)\n",
               j["fairness_error"].get<double>());
+  if (o.profile) {
+    // Where each lane's time went: the next bottleneck, without a profiler.
+    std::printf("\nexecutor profile (share of the run's wall time)\n%-16s %5s %9s %7s %7s %10s %7s %7s\n", "run", "lane",
+                "backbone", "copy", "heads", "optimizer", "other", "wait");
+    auto row = [&](const std::string& name, const Run& r) {
+      for (std::size_t i = 0; i < r.lanes.size(); ++i) {
+        const auto s = lane_split(r.lanes[i], r.wall_s);
+        std::printf("%-16s %5zu %8.1f%% %6.1f%% %6.1f%% %9.1f%% %6.1f%% %6.1f%%\n", name.c_str(), i,
+                    100 * s["backbone"].get<double>(), 100 * s["copy"].get<double>(), 100 * s["heads"].get<double>(),
+                    100 * s["optimizer"].get<double>(), 100 * s["other"].get<double>(), 100 * s["wait"].get<double>());
+        j["profile"][name].push_back(s);
+      }
+    };
+    row("shared", shared);
+    for (const auto& t : mix) row("alone-" + t.name, alone.at(t.name));
+  }
   // One timeline: the shared run, then the isolated runs one after another.
   std::ofstream tl(dir + "/timeline.csv");
   tl << "mode,service,tenant,start_s,end_s\n";

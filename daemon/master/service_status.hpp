@@ -33,6 +33,9 @@ struct JobInfo {
 struct ReplicaStatus {
   std::string device;
   std::uint64_t tenants = 0, groups = 0, samples = 0;
+  // Its executor's time (model::ExecutorProfile): turns, and within them backbone, copies, heads,
+  // optimizer steps.
+  double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0;
 };
 
 // One Unix user's use of what the daemon keeps per user; names come from the reactor's registry,

@@ -115,15 +115,19 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
   }
   try {
     torch::NoGradGuard no_grad;
+    const auto p0 = sched::Clock::now();
     auto img = torch::cat(images);  // the one copy of the images: packing the group batch
     // ... and, on a device, one host-to-device copy of each input (group_pack's place: gpu.md)
+    const auto dev_img = on_device(img), dev_tokens = on_device(torch::cat(tokens)), dev_masks = on_device(torch::cat(masks));
+    const double pack_s = std::chrono::duration<double>(sched::Clock::now() - p0).count();
     if (!adapters.empty() && !adaptable_) throw std::runtime_error("this backbone takes no adapters");
     if (adapters.empty())
-      features = backbone_.forward(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)));
+      features = backbone_.forward(dev_img, dev_tokens, dev_masks);
     else
-      features = adaptable_->forward_adapted(on_device(img), on_device(torch::cat(tokens)), on_device(torch::cat(masks)),
-                                           adapters, training);
+      features = adaptable_->forward_adapted(dev_img, dev_tokens, dev_masks, adapters, training);
     std::lock_guard lk(stats_mu_);
+    stats_.profile.copy_s += pack_s;
+    stats_.profile.backbone_s -= pack_s;  // pass() adds the whole pass's time
     // images, tokens (int32) and mask (one byte) of every sample, packed once
     stats_.input_bytes_packed += static_cast<std::uint64_t>(img.numel()) +
                                  static_cast<std::uint64_t>(img.size(0) * 5 * backbone_.config().max_tokens);
@@ -163,6 +167,7 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
     stats_.grouped_requests += bound.size();
     stats_.samples += static_cast<std::uint64_t>(samples);
     stats_.backbone_seconds += backbone_s;
+    stats_.profile.backbone_s += backbone_s;
   }
   // Partition: each member gets narrow() views of the group's features, no copy. Members that
   // train an adapter get the views that carry its graph; everyone else a detached view, so that
@@ -200,9 +205,13 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
     }
     std::lock_guard lk(stats_mu_);
     stats_.head_seconds += head_s;
+    stats_.profile.heads_s += head_s;  // the optimizer's part is moved out per turn (Replica::execute)
   }
   if (!deferred.empty()) backward_deferred(deferred, service, ran);
+  const auto c0 = sched::Clock::now();
   answer_predictions(predictions);
+  std::lock_guard lk(stats_mu_);
+  stats_.profile.copy_s += std::chrono::duration<double>(sched::Clock::now() - c0).count();
 }
 
 void GroupExecutor::answer_predictions(std::vector<PendingPrediction>& predictions) {

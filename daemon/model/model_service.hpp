@@ -179,11 +179,21 @@ struct ModelConfig {
   std::map<std::string, TenantPolicy> tenants;  // weights and priorities by tenant name
 };
 
+// Where an executor's (a lane's) time went, in seconds since the start: its turns, and within
+// them the backbone's forward passes, packing the group's inputs and copying results out, the
+// tenants' heads (forward and backward, RL update minibatches, slot operations), and their
+// optimizer steps (clipping included). The rest of a turn (binding, the cache's lookups,
+// scheduling) is turns - the four; the executor waited for work the rest of the wall time.
+struct ExecutorProfile {
+  double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0;
+};
+
 struct ReplicaStats {
   std::string device;
   std::size_t tenants = 0;   // placed on it
   std::uint64_t groups = 0;  // its backbone passes
   std::uint64_t samples = 0;
+  ExecutorProfile profile;   // its executor's
 };
 
 struct ModelStats {
@@ -193,6 +203,7 @@ struct ModelStats {
   double backbone_seconds = 0;
   double head_seconds = 0;
   std::uint64_t input_bytes_packed = 0;  // arena bytes copied into group batches
+  ExecutorProfile profile;               // a replica's; ModelService::stats(): per replica in `replicas`
   std::uint64_t rerun_groups = 0;        // group passes that failed and were re-run member by member
   std::uint64_t split_steps = 0;         // SFT steps run as micro-batches (bounded training turns)
   std::size_t slots_resident = 0, slots_evicted = 0;

@@ -246,6 +246,7 @@ void Replica::execute(WorkQueues::Turn& turn) {
       accounting_->queue_wait(tenant_of(w), service,
                               std::chrono::duration<double, std::micro>(busy.started() - arrival_of(w)).count());
   GroupExecutor::Ran ran;
+  const double optimizer0 = optimizer_seconds_this_thread();
   bool contended = false;  // as the turn started: another tenant was active
   const bool batchable = is_batchable(turn.works.front());
   if (batchable) {
@@ -262,6 +263,15 @@ void Replica::execute(WorkQueues::Turn& turn) {
   auto& charged = ran.charged;
   const auto end = sched::Clock::now();
   const double took = std::chrono::duration<double>(end - busy.started()).count();
+  {
+    std::lock_guard lk(stats_mu_);
+    const double optimizer = optimizer_seconds_this_thread() - optimizer0;
+    stats_.profile.turns_s += took;
+    stats_.profile.optimizer_s += optimizer;
+    // A group's heads' time (group_executor) includes its optimizer steps; a single turn (an RL
+    // update minibatch, a slot operation) is a head's work throughout.
+    stats_.profile.heads_s += (batchable ? 0.0 : took) - optimizer;
+  }
   {
     // Each queue's recent share of the executor: exponentially decaying busy seconds
     // (a 5 s time constant), for the training floor.

@@ -1,6 +1,7 @@
 #include "daemon/model/tenant_slot.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -158,7 +159,18 @@ StepResult TenantSlot::policy_step(const std::function<torch::Tensor(ActionHead&
   return apply_gradients(loss);
 }
 
+namespace {
+thread_local double optimizer_seconds = 0;
+}  // namespace
+
+double optimizer_seconds_this_thread() { return optimizer_seconds; }
+
 StepResult TenantSlot::apply_gradients(const torch::Tensor& loss) {
+  const auto started = std::chrono::steady_clock::now();
+  struct Timed {  // however the step ends (a NaN throws)
+    std::chrono::steady_clock::time_point started;
+    ~Timed() { optimizer_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); }
+  } timed{started};
   const auto norm = clip_gradients(head_->parameters(), config_.grad_clip);
   // The step's one host synchronisation: loss and norm, read together, before the update.
   // Read in place from the host copy: no .item() (tests/model/devices_test.cpp counts them).

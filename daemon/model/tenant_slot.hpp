@@ -36,6 +36,11 @@ struct StepResult {
   std::int64_t step = 0;  // steps taken after this one
 };
 
+// Seconds this thread has spent in optimizer steps (clipping, the step's host read, AdamW), over
+// every slot: an executor reads it before and after a turn for its profile (ExecutorProfile).
+// Thread-local because a slot is only ever stepped on its replica's executor thread.
+double optimizer_seconds_this_thread();
+
 class TenantSlot {
  public:
   // The head, its optimizer state and its RNGs live on `device` (the replica's); the head is
