@@ -55,11 +55,12 @@ std::vector<std::uint8_t> handle_dataset_load(env::DatasetStore& store, const Se
   }
 }
 
-model::Request sampled_sft_request(const std::string& tenant, std::shared_ptr<const env::SampledBatch> b,
+model::Request sampled_sft_request(const std::string& tenant, std::uint32_t uid, std::shared_ptr<const env::SampledBatch> b,
                                    std::function<void(model::Result)> done) {
   using model::DType;
   model::Request m;
   m.tenant = tenant;
+  m.uid = uid;  // with the name, the feature cache's scope: a name's next owner reads none of its entries
   model::op::SftStep step;
   step.obs.images = {b->images.data(), DType::UInt8, {b->n, b->views, b->image_size, b->image_size, 3}};
   step.obs.tokens = {b->tokens.data(), DType::Int32, {b->n, b->max_tokens}};
@@ -86,7 +87,7 @@ void submit_dataset_sft_step(env::DatasetStore& store, model::ModelService& mode
     return reply(error_reply(r.request_id, wire::ErrorCode::BadBatch, e.what()));
   }
   const auto id = r.request_id;
-  auto m = sampled_sft_request(r.tenant, std::move(batch),
+  auto m = sampled_sft_request(r.tenant, r.uid, std::move(batch),
                                [id, reply](model::Result res) { reply(model_reply(id, res)); });
   m.alive = r.alive;  // the tenant's own step: cancelled if it leaves
   m.arrival = r.arrival;

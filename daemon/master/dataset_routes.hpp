@@ -26,8 +26,8 @@ void submit_dataset_sft_step(env::DatasetStore& store, model::ModelService& mode
 
 // An SFT step on a batch the daemon sampled (a job's or a DatasetSftStepRequest's): the request
 // holds the batch alive.
-model::Request sampled_sft_request(const std::string& tenant, std::shared_ptr<const env::SampledBatch> batch,
-                                   std::function<void(model::Result)> done);
+model::Request sampled_sft_request(const std::string& tenant, std::uint32_t uid,
+                                   std::shared_ptr<const env::SampledBatch> batch, std::function<void(model::Result)> done);
 
 // A PredictRequest that names a dataset loaded with normalize: the model request with its state
 // normalised (in a copy it owns) and its answer's actions put back in the dataset's units.

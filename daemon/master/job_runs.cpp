@@ -62,7 +62,7 @@ void JobRegistry::run_sft(Job& job, std::uint64_t generation) {
     } catch (const std::exception& e) {
       return finish(job, "failed", e.what());
     }
-    const auto r = call(model_, sampled_sft_request(tenant, std::move(batch), nullptr), job.role.get());
+    const auto r = call(model_, sampled_sft_request(tenant, job.owner, std::move(batch), nullptr), job.role.get());
     if (superseded(job, generation)) return;
     if (const auto why = failure_of(r); !why.empty()) return finish(job, "failed", why);
     std::lock_guard lk(job.mu);

@@ -29,10 +29,10 @@ FeatureCache::FeatureCache(FeatureCacheConfig config) : config_(std::move(config
   if (config_.disk_bytes > 0) load_disk_index();
 }
 
-ContentDigest FeatureCache::key(const ContentDigest& backbone, const std::string& tenant,
+ContentDigest FeatureCache::key(const ContentDigest& backbone, const std::string& scope,
                                 const ContentDigest& sample) const {
   daemon::ContentHasher h;
-  h.text("nexus.feature_cache.v1").digest(backbone).text(config_.shared ? std::string() : tenant).digest(sample);
+  h.text("nexus.feature_cache.v1").digest(backbone).text(config_.shared ? std::string() : scope).digest(sample);
   return h.finish();
 }
 

@@ -3,7 +3,7 @@
 // second tenant on the same dataset, can read them instead of running the backbone again.
 //
 // Keys are content digests (SHA-256): the backbone's weights digest, the scope (the tenant's
-// name, or "" when [feature_cache] shared = true), and the sample's key from the dataset store
+// owner uid and name, or "" when [feature_cache] shared = true), and the sample's key from the dataset store
 // (its episode's views and instruction as stored, and the step). New weights or a changed dataset
 // make new keys; old entries are never read again and age out. A tenant cannot choose a key that
 // collides with another's content, and cannot put features in: entries are what nexusd computed.
@@ -45,8 +45,9 @@ class FeatureCache {
   FeatureCache(const FeatureCache&) = delete;
   FeatureCache& operator=(const FeatureCache&) = delete;
 
-  // The key of `tenant`'s sample under the backbone whose digest is `backbone`.
-  daemon::ContentDigest key(const daemon::ContentDigest& backbone, const std::string& tenant,
+  // The key of a sample of `scope` (its tenant: owner uid and name) under the backbone whose
+  // digest is `backbone`; the scope is left out when the cache is shared.
+  daemon::ContentDigest key(const daemon::ContentDigest& backbone, const std::string& scope,
                             const daemon::ContentDigest& sample) const;
   std::optional<CachedFeature> find(const daemon::ContentDigest& key);
   // How many of `keys` are held (memory or disk), without counting as lookups or touching the LRU.

@@ -16,9 +16,11 @@ void GroupExecutor::key_rows(Bound& b) {
   const auto& samples = std::get<op::SftStep>(request.op).sample_keys;
   const auto first = static_cast<std::size_t>(b.kind == Bound::Kind::Micro ? b.offset : 0);
   if (samples.size() < first + static_cast<std::size_t>(b.n)) return;  // not a dataset's batch
+  // The owner with the name: a released name's next owner must not read the last one's entries.
+  const auto scope = std::to_string(request.uid) + "/" + b.tenant;
   b.cache_keys.reserve(static_cast<std::size_t>(b.n));
   for (std::size_t i = 0; i < static_cast<std::size_t>(b.n); ++i)
-    b.cache_keys.push_back(cache_->key(backbone_digest_, b.tenant, samples[first + i]));
+    b.cache_keys.push_back(cache_->key(backbone_digest_, scope, samples[first + i]));
 }
 
 std::int64_t GroupExecutor::rows_to_run(const Bound& b) const {

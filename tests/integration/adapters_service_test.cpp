@@ -56,7 +56,7 @@ std::vector<std::string> flags(const std::string& state) {
 
 }  // namespace
 
-TEST_CASE("adapter tenants train beside head-only ones in shared passes; a bad spec is a typed error; versions, "
+TEST_CASE("adapter tenants train beside head-only ones in shared passes: a bad spec is a typed error: versions, "
           "features and a restart keep the adapter",
           "[integration][model][adapters]") {
   TempDir dir;

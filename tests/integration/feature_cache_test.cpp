@@ -115,7 +115,7 @@ TEST_CASE("cached SFT epochs give bitwise the losses of uncached ones in determi
   }
 }
 
-TEST_CASE("tenants on one dataset share cached features only when the config says so; keys follow content",
+TEST_CASE("tenants on one dataset share cached features only when the config says so: keys follow content",
           "[integration][model][feature_cache]") {
   TempDir dir;
   const auto file = record(dir, "reach", 3, 41);

@@ -94,7 +94,7 @@ TEST_CASE("the segmented LoRA delta is each segment's scale (x A) B, and zero on
 }
 
 TEST_CASE("a grouped pass of four adapters of different ranks and two head-only tenants equals each alone, "
-          "features and gradients; the backbone stays frozen and bitwise unchanged",
+          "features and gradients: the backbone stays frozen and bitwise unchanged",
           "[model][adapters][equivalence]") {
   model::VLABackbone bb(kTiny);
   bb->freeze();

@@ -73,7 +73,7 @@ TEST_CASE("a tenant over its share of the feature cache evicts its own entries, 
   CHECK_FALSE(cache.find(cache.key(kBackbone, "a", sample(45))));
 }
 
-TEST_CASE("feature cache keys change with the weights, the tenant and the sample; shared keys drop the tenant",
+TEST_CASE("feature cache keys change with the weights, the tenant and the sample: shared keys drop the tenant",
           "[model][feature_cache]") {
   model::FeatureCache own({});
   model::FeatureCache shared({.shared = true});

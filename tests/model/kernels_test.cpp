@@ -109,7 +109,7 @@ struct SgmvCase {
 
 }  // namespace
 
-TEST_CASE("SGMV shrink and expand (CPU reference) are the model's segmented LoRA delta; bad segments refused",
+TEST_CASE("SGMV shrink and expand (CPU reference) are the model's segmented LoRA delta: bad segments refused",
           "[kernels][adapters]") {
   SgmvCase c;
   std::vector<torch::Tensor> keep;

@@ -123,7 +123,7 @@ TEST_CASE("resizing: area when shrinking, bilinear when enlarging, against hand-
   }
 }
 
-TEST_CASE("layouts are recognised by their obs keys; only the keys a file has are chosen", "[datasets]") {
+TEST_CASE("layouts are recognised by their obs keys: only the keys a file has are chosen", "[datasets]") {
   const auto robomimic = recognise_layout({"agentview_image", "object", "robot0_eef_pos", "robot0_eef_quat",
                                            "robot0_eye_in_hand_image", "robot0_gripper_qpos", "robot0_joint_pos"});
   CHECK(robomimic.layout == "robomimic");
@@ -141,7 +141,7 @@ TEST_CASE("layouts are recognised by their obs keys; only the keys a file has ar
   CHECK(recognise_layout({"front_cam", "qpos"}).layout.empty());   // unknown: the caller names keys
 }
 
-TEST_CASE("two views are read as views, resized; masks split train from valid", "[datasets]") {
+TEST_CASE("two views are read as views, resized: masks split train from valid", "[datasets]") {
   nexus::test::TempDir dir;
   const std::string path = dir.path + "/two.hdf5";
   const auto f = two_view_file(6, 5);

@@ -45,7 +45,7 @@ TEST_CASE("the io pool serves keys in turns, in order within a key", "[iopool]")
   CHECK(order == std::vector<int>{10, 20, 11, 12});
 }
 
-TEST_CASE("one key holds at most one of the pool's threads; forget drops what it queued", "[iopool]") {
+TEST_CASE("one key holds at most one of the pool's threads: forget drops what it queued", "[iopool]") {
   std::atomic<int> running{0}, most{0}, done{0};
   std::atomic<bool> release{false};
   IoPool pool(4);

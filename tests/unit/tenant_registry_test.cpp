@@ -63,7 +63,7 @@ TEST_CASE("a Unix user may hold so many names, and nexusd so many in all", "[reg
   CHECK_THAT(full.reason, Catch::Contains("max_names"));
 }
 
-TEST_CASE("bindings survive a restart; a name the rule no longer admits is dropped, not fatal", "[registry]") {
+TEST_CASE("bindings survive a restart: a name the rule no longer admits is dropped, not fatal", "[registry]") {
   nexus::test::TempDir dir;
   const auto file = dir.path + "/tenants.json";
   {
