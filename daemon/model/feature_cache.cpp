@@ -151,31 +151,26 @@ void FeatureCache::load_disk_index() {
       disk_.emplace(*key, DiskEntry{bytes, disk_lru_.begin()});
       stats_.disk_bytes += bytes, ++stats_.disk_entries;
     }
-    while (stats_.disk_bytes > config_.disk_bytes && !disk_lru_.empty()) {
-      const auto key = disk_lru_.back();
-      std::error_code ec;
-      fs::remove(fs::path(config_.dir) / daemon::to_hex(key), ec);
-      stats_.disk_bytes -= disk_.at(key).bytes, --stats_.disk_entries;
-      disk_.erase(key);
-      disk_lru_.pop_back();
-    }
+    while (stats_.disk_bytes > config_.disk_bytes && !disk_lru_.empty()) forget_on_disk(disk_lru_.back());
   } catch (const std::exception& e) {
     daemon::log_text(daemon::LogLevel::Warn, "feature_cache", std::string("disk tier unusable: ") + e.what());
   }
+}
+
+void FeatureCache::forget_on_disk(ContentDigest key) {
+  const auto it = disk_.find(key);
+  std::error_code ec;
+  fs::remove(fs::path(config_.dir) / daemon::to_hex(key), ec);
+  stats_.disk_bytes -= it->second.bytes, --stats_.disk_entries;
+  disk_lru_.erase(it->second.lru);
+  disk_.erase(it);
 }
 
 void FeatureCache::to_disk(const ContentDigest& key, const CachedFeature& f) {
   const auto L = f.mask.size(0), D = f.pooled.size(0);
   const auto size = file_bytes(L, D);
   if (size > config_.disk_bytes || disk_.count(key)) return;
-  while (stats_.disk_bytes + size > config_.disk_bytes) {
-    const auto old = disk_lru_.back();
-    std::error_code ec;
-    fs::remove(fs::path(config_.dir) / daemon::to_hex(old), ec);
-    stats_.disk_bytes -= disk_.at(old).bytes, --stats_.disk_entries;
-    disk_.erase(old);
-    disk_lru_.pop_back();
-  }
+  while (stats_.disk_bytes + size > config_.disk_bytes) forget_on_disk(disk_lru_.back());
   std::string bytes(size, '\0');
   FileHeader h{};
   std::memcpy(h.magic, kMagic, sizeof kMagic);
@@ -218,11 +213,7 @@ std::optional<CachedFeature> FeatureCache::from_disk(const ContentDigest& key) {
       f = std::move(c);
   }
   if (!f) {  // cut short or not ours: forget it
-    std::error_code ec;
-    fs::remove(path, ec);
-    stats_.disk_bytes -= it->second.bytes, --stats_.disk_entries;
-    disk_lru_.erase(it->second.lru);
-    disk_.erase(it);
+    forget_on_disk(key);
     return std::nullopt;
   }
   disk_lru_.splice(disk_lru_.begin(), disk_lru_, it->second.lru);

@@ -70,6 +70,7 @@ class FeatureCache {
   void evict(const daemon::ContentDigest& key);
   void to_disk(const daemon::ContentDigest& key, const CachedFeature& f);
   std::optional<CachedFeature> from_disk(const daemon::ContentDigest& key);
+  void forget_on_disk(daemon::ContentDigest key);  // a copy: callers pass disk_lru_.back()
   void load_disk_index();
 
   const FeatureCacheConfig config_;
