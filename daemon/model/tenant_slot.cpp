@@ -159,18 +159,14 @@ StepResult TenantSlot::policy_step(const std::function<torch::Tensor(ActionHead&
   return apply_gradients(loss);
 }
 
-namespace {
-thread_local double optimizer_seconds = 0;
-}  // namespace
-
+static thread_local double optimizer_seconds = 0;
 double optimizer_seconds_this_thread() { return optimizer_seconds; }
 
 StepResult TenantSlot::apply_gradients(const torch::Tensor& loss) {
-  const auto started = std::chrono::steady_clock::now();
   struct Timed {  // however the step ends (a NaN throws)
-    std::chrono::steady_clock::time_point started;
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     ~Timed() { optimizer_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); }
-  } timed{started};
+  } timed;
   const auto norm = clip_gradients(head_->parameters(), config_.grad_clip);
   // The step's one host synchronisation: loss and norm, read together, before the update.
   // Read in place from the host copy: no .item() (tests/model/devices_test.cpp counts them).
