@@ -42,7 +42,11 @@ int main(int argc, char** argv) {
   app.add_option("--instruction", data_options.instruction, "for files whose demos name none");
   spec.head.chunk = 4;
   CLI11_PARSE(app, argc, argv);
-  opt.timeout = std::chrono::seconds(60);
+  // A step's reply can be long in coming on a busy box, and that is fair share, not a fault:
+  // an adapter tenant's step costs several head-only steps, so it waits while five neighbours
+  // catch up (seen: over 60 s, in a fresh root building on the same two cores). The deadline
+  // is for a daemon that is gone, and that is seen sooner (DaemonGone).
+  opt.timeout = std::chrono::seconds(300);
   auto refuse = [&](const char* code, const std::exception& e) {
     std::fprintf(stderr, "sft_demos_tenant %s: %s\n", opt.tenant.c_str(), e.what());
     std::printf("{\"tenant\":\"%s\",\"error\":\"%s\"}\n", opt.tenant.c_str(), code);
