@@ -8,12 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "nexus/client.hpp"
 #include "nexus/status.hpp"
+#include "metrics_text.hpp"
 #include "processes.hpp"
 #include "workload.hpp"
 
@@ -28,17 +28,11 @@ struct CacheCounters {
 };
 
 CacheCounters cache_counters(const std::string& socket) {
-  CacheCounters c;
-  std::istringstream in(query_metrics(socket));
-  const std::pair<const char*, double*> fields[] = {
-      {"nexus_feature_cache_lookups_total{result=\"hit\"} ", &c.hits},
-      {"nexus_feature_cache_lookups_total{result=\"miss\"} ", &c.misses},
-      {"nexus_feature_cache_bytes{tier=\"memory\"} ", &c.bytes},
-      {"nexus_feature_cache_bytes{tier=\"bound\"} ", &c.bound}};
-  for (std::string line; std::getline(in, line);)
-    for (const auto& [name, out] : fields)
-      if (line.rfind(name, 0) == 0) *out = std::stod(line.substr(std::string(name).size()));
-  return c;
+  const auto text = query_metrics(socket);
+  return {test::metric_sample(text, "nexus_feature_cache_lookups_total{result=\"hit\"}"),
+          test::metric_sample(text, "nexus_feature_cache_lookups_total{result=\"miss\"}"),
+          test::metric_sample(text, "nexus_feature_cache_bytes{tier=\"memory\"}"),
+          test::metric_sample(text, "nexus_feature_cache_bytes{tier=\"bound\"}")};
 }
 
 struct CacheRun {

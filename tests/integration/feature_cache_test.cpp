@@ -7,11 +7,10 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
-#include <map>
-#include <regex>
 
 #include "nexus/client.hpp"
 #include "nexus/status.hpp"
+#include "metrics_text.hpp"
 #include "processes.hpp"
 #include "tenant_run.hpp"
 
@@ -28,18 +27,11 @@ struct Cache {
 // The daemon's feature cache counters, from its Prometheus exposition (nexusctl metrics).
 Cache cache_of(const Daemon& d) {
   const auto text = nexus::query_metrics(d.socket());
-  Cache c;
-  const std::map<std::string, double*> fields{
-      {"nexus_feature_cache_lookups_total{result=\"hit\"}", &c.hit},
-      {"nexus_feature_cache_lookups_total{result=\"miss\"}", &c.miss},
-      {"nexus_feature_cache_lookups_total{result=\"disk_hit\"}", &c.disk_hit},
-      {"nexus_feature_cache_bytes{tier=\"memory\"}", &c.memory_bytes},
-      {"nexus_feature_cache_bytes{tier=\"bound\"}", &c.bound}};
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);)
-    for (const auto& [name, out] : fields)
-      if (line.rfind(name + " ", 0) == 0) *out = std::stod(line.substr(name.size() + 1));
-  return c;
+  return {metric_sample(text, "nexus_feature_cache_lookups_total{result=\"hit\"}"),
+          metric_sample(text, "nexus_feature_cache_lookups_total{result=\"miss\"}"),
+          metric_sample(text, "nexus_feature_cache_lookups_total{result=\"disk_hit\"}"),
+          metric_sample(text, "nexus_feature_cache_bytes{tier=\"memory\"}"),
+          metric_sample(text, "nexus_feature_cache_bytes{tier=\"bound\"}")};
 }
 
 std::uint64_t backbone_samples(const Daemon& d) { return nexus::query_status(d.socket()).model_samples; }
