@@ -107,12 +107,14 @@ RlJob::~RlJob() {
 }
 
 void RlJob::stop() {
-  stop_ = true;
-  queue_.close();
   {
+    // The state with the flag, under mu_: the update loop that sees the flag must not call a
+    // stopped job "done", and a synchronous producer checks the flag there before it waits.
     std::lock_guard lk(mu_);
     if (progress_.state == "running") progress_.state = "stopped";
+    stop_ = true;
   }
+  queue_.close();
   record_used_cv_.notify_all();
 }
 
@@ -160,7 +162,8 @@ void RlJob::consume(std::uint64_t generation) {
       }
       record_used_cv_.notify_all();
     }
-    for (int it = progress().iterations; it < config_.iterations && !stop_;) {
+    int it = progress().iterations;
+    for (; it < config_.iterations && !stop_;) {
       auto record = queue_.pop();
       if (!record || superseded()) break;
       {
@@ -211,7 +214,8 @@ void RlJob::consume(std::uint64_t generation) {
     if (superseded()) return;
     {
       std::lock_guard lk(mu_);
-      if (progress_.state == "running") progress_.state = "done";
+      // A loop that left early (a stop, a closed queue) did not finish the job.
+      if (progress_.state == "running") progress_.state = it >= config_.iterations ? "done" : "stopped";
       stop_ = true;  // under mu_, as in fail()
     }
     queue_.close();
