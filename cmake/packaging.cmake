@@ -12,6 +12,7 @@ set(NEXUS_SYSTEMD_UNIT_DIR "${CMAKE_INSTALL_PREFIX}/lib/systemd/system" CACHE PA
 configure_file(${PROJECT_SOURCE_DIR}/systemd/nexusd.service.in ${PROJECT_BINARY_DIR}/systemd/nexusd.service @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/systemd/nexusd.service ${PROJECT_SOURCE_DIR}/systemd/nexusd.socket
               ${PROJECT_SOURCE_DIR}/systemd/nvidia-mps.service  # optional: not enabled by the package
+              ${PROJECT_SOURCE_DIR}/systemd/nexus-metaworld.service  # optional, as MPS
         DESTINATION ${NEXUS_SYSTEMD_UNIT_DIR})
 install(FILES ${PROJECT_SOURCE_DIR}/systemd/sysusers.d/nexus.conf DESTINATION ${CMAKE_INSTALL_PREFIX}/lib/sysusers.d)
 install(FILES ${PROJECT_SOURCE_DIR}/systemd/tmpfiles.d/nexus.conf DESTINATION ${CMAKE_INSTALL_PREFIX}/lib/tmpfiles.d)

@@ -62,6 +62,18 @@ if [ ! -f "$venv/.complete" ]; then
   touch "$venv/.complete"
 fi
 log "LibTorch from $(cat "$venv/torch-source" 2>/dev/null || echo pypi) in $venv"
+# Simulators (Meta-World) into the same venv, keyed by their own file: a change there reinstalls
+# them without remaking the torch venv. Without PyPI they are skipped with a warning; the tests
+# that need them say so (exit 77: skipped) rather than fail.
+sim_key=$(sha256sum "$here/requirements-sim.txt" | cut -c1-12)
+if [ ! -f "$venv/.sim-$sim_key" ]; then
+  log "installing simulators into the venv (requirements-sim.txt: Meta-World)"
+  if "$venv/bin/pip" install --retries 2 --progress-bar off -q -r "$here/requirements-sim.txt" >&2; then
+    rm -f "$venv"/.sim-* && touch "$venv/.sim-$sim_key"
+  else
+    log "WARNING: could not install requirements-sim.txt (no PyPI?): Meta-World tests will be skipped"
+  fi
+fi
 
 # --- Build ------------------------------------------------------------------------------------
 export NEXUS_VENV=$venv
