@@ -56,8 +56,12 @@ int main(int argc, char** argv) {
   opt.timeout = std::chrono::seconds(60);  // starting a job opens its sessions: seconds on a busy box
   try {
     auto client = nexus::Client::attach(opt);
+    // The head is sized from the task: one session opened and closed says its dimensions
+    // (reach: 4 and 2; Meta-World: 4 and 4).
+    const auto probe = client->env_open(rl.task, 1);
+    client->env_close(probe.ids);
     nexus::TenantSpec spec;
-    spec.head = {.kind = "gaussian", .state_dim = 4, .action_dim = 2, .chunk = 1};
+    spec.head = {.kind = "gaussian", .state_dim = probe.state_dim, .action_dim = probe.action_dim, .chunk = 1};
     spec.optimizer.lr = lr;
     spec.seed = rl.seed;
     client->register_tenant(spec);

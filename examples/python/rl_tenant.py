@@ -30,7 +30,6 @@ def main():
     p.add_argument("--max-staleness", type=int, default=2)
     p.add_argument("--synchronous", action="store_true",
                    help="collect, update, collect with the new version: every record on-policy")
-    p.add_argument("--state-dim", type=int, default=4, help="the task's state size (4 for the built-in tasks)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--report-every", type=float, default=2.0, help="seconds between progress lines (0: none)")
@@ -47,9 +46,11 @@ def main():
                               synchronous=a.synchronous)
     try:
         with nexus.Client.attach(a.tenant, socket_path=a.socket, timeout=60.0) as c:
+            probe = c.env_open(a.task, 1)  # the head is sized from the task (reach: 4 and 2; Meta-World: 4 and 4)
+            c.env_close(probe.ids)
             c.register(nexus.TenantSpec(seed=a.seed, optimizer=nexus.OptimizerSpec(lr=a.lr),
-                                        head=nexus.HeadSpec(kind="gaussian", state_dim=a.state_dim, action_dim=2,
-                                                            chunk=1)))
+                                        head=nexus.HeadSpec(kind="gaussian", state_dim=probe.state_dim,
+                                                            action_dim=probe.action_dim, chunk=1)))
             warm_loss, untrained, untrained_success = None, 0, None
             if a.demos:
                 if a.eval_untrained > 0:  # evaluated now: the tenant's later versions would evict it

@@ -52,7 +52,7 @@ def record_episode(env: MetaWorldTask, seed: int, noise: float, rng: np.random.G
 
 def record(tasks: Sequence[str], episodes: int, out: str, *, seed: int = 0, noise: float = 0.0,
            image_size: int = 64, camera: str = "corner", max_steps: int = 0, successes_only: bool = False,
-           progress: Optional[Callable[[str], None]] = None) -> dict:
+           instruction: str = "", progress: Optional[Callable[[str], None]] = None) -> dict:
     """Records `episodes` expert episodes of each task into `out`; returns a summary."""
     import h5py  # in the project's venv (requirements.txt)
 
@@ -67,7 +67,7 @@ def record(tasks: Sequence[str], episodes: int, out: str, *, seed: int = 0, nois
     with h5py.File(tmp, "w") as f:
         data = f.create_group("data")
         for task in tasks:
-            env = MetaWorldTask(task, image_size, max_steps, camera, stop_on_success=True)
+            env = MetaWorldTask(task, image_size, max_steps, camera, stop_on_success=True, instruction=instruction)
             kept = successes = 0
             try:
                 for i in range(episodes):
@@ -101,7 +101,8 @@ def record(tasks: Sequence[str], episodes: int, out: str, *, seed: int = 0, nois
         data.attrs["env_args"] = json.dumps({
             "env_name": "metaworld:" + ",".join(per_task), "type": "metaworld",
             "env_kwargs": {"camera": camera, "image_size": image_size, "max_steps": max_steps, "noise": noise,
-                           "seed": seed, "tasks": list(per_task)}})
+                           "seed": seed, "tasks": list(per_task),
+                           "instruction": instruction}})
     import os
     os.replace(tmp, out)  # a reader never sees half a file
     return {"out": out, "demos": demos, "samples": total, "tasks": per_task,

@@ -117,8 +117,10 @@ with Daemon("--external-env", f"py={sim_socket}", "--external-env", f"flaky={fla
           f"every env step it counted was served by the Python simulator ({status['env_steps']} counted, {served} served)")
     check(status["episodes"] > 0 and status["version"] > status["first_version"],
           "it finished episodes and published new versions")
-    check(server.connections.value - connections_before == 1,
-          f"the job's 4 sessions were one connection: {server.connections.value - connections_before}")
+    # Two: the one session rl_tenant.py opens to size its head from the task, then the job's 4.
+    check(server.connections.value - connections_before == 2,
+          f"the job's 4 sessions were one connection: {server.connections.value - connections_before} "
+          "(with the probe that sized the head)")
 
     # rl_tenant.py --demos: a warm start on recorded push demonstrations, then a job that keeps
     # them in its loss (the behaviour-cloning term), as examples/rl_tenant does.
