@@ -4,8 +4,9 @@
 For each seed, a tenant trains one head through nexusd on the scripted experts' demonstrations of
 every task at once (one file), then each task is evaluated read-only over new episodes. The
 control is the same run with every instruction (in the demonstrations and in the engine's
-sessions) replaced by one fixed string: where tasks share a scene (drawer-open and drawer-close,
-window-open and window-close), only language can tell the head which to do.
+sessions) replaced by one fixed string. The default tasks are two pairs that share a scene's
+objects (drawer-open and drawer-close, window-open and window-close); their start states differ,
+so the image can tell some apart as well, and the control measures how much language adds.
 
     scripts/metaworld_multitask.py --out /tmp/mt [--tasks a,b,...] [--seeds 0,1,2] [--json]
 
@@ -67,14 +68,10 @@ def one_run(a, seed, language, work):
             c.register(nexus.TenantSpec(views=1, head=head, seed=seed, optimizer=nexus.OptimizerSpec(lr=1e-3)))
 
             def run(spec):
-                job = c.job_start(spec)
-                while True:
-                    info = c.job(job)
-                    if info.state not in ("queued", "running"):
-                        if info.state != "finished":
-                            raise RuntimeError(f"{spec.kind} job {info.state}: {info.error}")
-                        return info
-                    time.sleep(0.5)
+                info = c.run_job(spec)
+                if info.state != "finished":
+                    raise RuntimeError(f"{spec.kind} job {info.state}: {info.error}")
+                return info
 
             run(nexus.JobSpec(kind="sft", dataset="experts", steps=a.steps, batch=64, chunk=1))
             c.publish()

@@ -64,6 +64,19 @@ def _dataset_sft_step(self, name, batch, chunk=1):
     return self.dataset_sft_step_async(name, batch, chunk).result()
 
 
+def _run_job(self, spec, poll=0.5):
+    """Starts a job (JobSpec: sft or eval) and waits for it to end; returns its last JobInfo
+    (state finished, failed or cancelled: check it)."""
+    import time
+    job = self.job_start(spec)
+    while True:
+        info = self.job(job)
+        if info.state not in ("queued", "running"):
+            return info
+        time.sleep(poll)
+
+
+Client.run_job = _run_job
 Client.sft_step = _sft_step
 Client.predict = _predict
 Client.digest = _digest

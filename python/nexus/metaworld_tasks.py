@@ -61,7 +61,9 @@ INSTRUCTIONS = {
 MT10 = ["reach-v3", "push-v3", "pick-place-v3", "door-open-v3", "drawer-open-v3", "drawer-close-v3",
         "button-press-topdown-v3", "peg-insert-side-v3", "window-open-v3", "window-close-v3"]
 
-# Pairs whose scenes are the same at reset: only the instruction tells them apart.
+# Pairs that share a scene's objects and differ by what is asked. Their start states differ (the
+# drawer starts closed to be opened, open to be closed), so the image can tell some apart too;
+# the instruction is what names the task.
 SAME_SCENE = [("drawer-open-v3", "drawer-close-v3"), ("window-open-v3", "window-close-v3"),
               ("faucet-open-v3", "faucet-close-v3")]
 

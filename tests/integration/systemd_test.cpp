@@ -37,34 +37,36 @@ TEST_CASE("the unit files pass systemd-analyze verify", "[integration][systemd]"
   CHECK(read_file(dir.path + "/err").empty());  // no warnings either (unknown keys only warn)
 }
 
-TEST_CASE("the optional MPS unit passes systemd-analyze verify, as the nexus user", "[integration][systemd]") {
+namespace {
+
+// An optional unit of systemd/ (not enabled by the package): its ExecStart= program is not on
+// this machine (an NVIDIA driver, a site's venv) and verify checks it is executable, so `program`
+// is replaced by /bin/true. Verify must pass with no warning either (unknown keys only warn).
+void verify_optional_unit(const std::string& name, const std::string& program) {
   TempDir dir;
-  std::string unit = read_file(std::string(NEXUS_TEST_SOURCE_DIR) + "/systemd/nvidia-mps.service");
-  REQUIRE_THAT(unit, Catch::Contains("User=nexus") && Catch::Contains("CUDA_MPS_PIPE_DIRECTORY=/run/nvidia-mps"));
-  // No NVIDIA driver here: verify checks ExecStart= is executable, so it names one that is.
-  unit = std::regex_replace(unit, std::regex("/usr/bin/nvidia-cuda-mps-control"), "/bin/true");
-  std::ofstream(dir.path + "/nvidia-mps.service") << unit;
-  const pid_t v = spawn({"/usr/bin/systemd-analyze", "verify", "--man=no", dir.path + "/nvidia-mps.service"},
+  const std::string unit = read_file(std::string(NEXUS_TEST_SOURCE_DIR) + "/systemd/" + name);
+  REQUIRE_THAT(unit, Catch::Contains(program) && Catch::Contains("User=nexus"));
+  std::ofstream(dir.path + "/" + name) << std::regex_replace(unit, std::regex(program), "/bin/true");
+  const pid_t v = spawn({"/usr/bin/systemd-analyze", "verify", "--man=no", dir.path + "/" + name},
                         {.stdout_path = dir.path + "/out", .stderr_path = dir.path + "/err"});
   INFO(read_file(dir.path + "/err"));
   CHECK(wait_exit(v, std::chrono::seconds(60)) == 0);
   CHECK(read_file(dir.path + "/err").empty());
 }
 
+}  // namespace
+
+TEST_CASE("the optional MPS unit passes systemd-analyze verify, as the nexus user", "[integration][systemd]") {
+  REQUIRE_THAT(read_file(std::string(NEXUS_TEST_SOURCE_DIR) + "/systemd/nvidia-mps.service"),
+               Catch::Contains("CUDA_MPS_PIPE_DIRECTORY=/run/nvidia-mps"));
+  verify_optional_unit("nvidia-mps.service", "/usr/bin/nvidia-cuda-mps-control");
+}
+
 TEST_CASE("the optional Meta-World engine unit passes systemd-analyze verify, as the nexus user",
           "[integration][systemd]") {
-  TempDir dir;
-  std::string unit = read_file(std::string(NEXUS_TEST_SOURCE_DIR) + "/systemd/nexus-metaworld.service");
-  REQUIRE_THAT(unit, Catch::Contains("User=nexus") && Catch::Contains("-m nexus.metaworld serve") &&
-                         Catch::Contains("--mode 660"));
-  // verify checks ExecStart= is executable: the site's venv is not here, so it names one that is.
-  unit = std::regex_replace(unit, std::regex("/usr/lib/nexus/sim-venv/bin/python"), "/bin/true");
-  std::ofstream(dir.path + "/nexus-metaworld.service") << unit;
-  const pid_t v = spawn({"/usr/bin/systemd-analyze", "verify", "--man=no", dir.path + "/nexus-metaworld.service"},
-                        {.stdout_path = dir.path + "/out", .stderr_path = dir.path + "/err"});
-  INFO(read_file(dir.path + "/err"));
-  CHECK(wait_exit(v, std::chrono::seconds(60)) == 0);
-  CHECK(read_file(dir.path + "/err").empty());
+  REQUIRE_THAT(read_file(std::string(NEXUS_TEST_SOURCE_DIR) + "/systemd/nexus-metaworld.service"),
+               Catch::Contains("-m nexus.metaworld serve") && Catch::Contains("--mode 660"));
+  verify_optional_unit("nexus-metaworld.service", "/usr/lib/nexus/sim-venv/bin/python");
 }
 
 TEST_CASE("nexusd reports READY=1 to NOTIFY_SOCKET and feeds the watchdog", "[integration][systemd]") {

@@ -52,20 +52,12 @@ try:
         head = nexus.HeadSpec(kind="mlp_chunk", chunk=1, state_dim=data.state_dim, action_dim=data.action_dim)
         c.register(nexus.TenantSpec(views=1, head=head, seed=seed, optimizer=nexus.OptimizerSpec(lr=1e-3)))
 
-        def run(spec):
-            job = c.job_start(spec)
-            while True:
-                info = c.job(job)
-                if info.state not in ("queued", "running"):
-                    return info
-                time.sleep(0.5)
-
-        sft = run(nexus.JobSpec(kind="sft", dataset="experts", steps=STEPS, batch=64, chunk=1))
+        sft = c.run_job(nexus.JobSpec(kind="sft", dataset="experts", steps=STEPS, batch=64, chunk=1))
         check(sft.state == "finished", f"the SFT job ran its {STEPS} steps: {sft.state} {sft.error}")
         figures["sft_loss"] = sft.loss
         c.publish()
         for task in TASKS:  # new episodes: seeds the recording never used
-            ev = run(nexus.JobSpec(kind="eval", task="mw:" + task, episodes=EPISODES, seed=50000 + 1000 * seed))
+            ev = c.run_job(nexus.JobSpec(kind="eval", task="mw:" + task, episodes=EPISODES, seed=50000 + 1000 * seed))
             check(ev.state == "finished", f"evaluation on {task}: {ev.state} {ev.error}")
             figures[task] = ev.success_rate
             print(f"[mw-learn] seed {seed} {task}: success {ev.success_rate:.2f}", flush=True)
