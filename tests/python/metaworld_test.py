@@ -27,7 +27,7 @@ if importlib.util.find_spec("metaworld") is None:
 import numpy as np
 
 import nexus
-from harness import Daemon, check, finish, raises
+from harness import SOURCE, Daemon, check, finish, raises
 from nexus.metaworld import MetaWorldTask
 from nexus.metaworld_tasks import INSTRUCTIONS
 
@@ -146,6 +146,13 @@ with Daemon("--external-env", f"mw={engine_socket}") as d:
         check(info.layout == "robomimic" and info.episodes == 6 and info.state_dim == 4 and info.action_dim == 4
               and info.views == ["agentview_image"], f"dataset_load recognises the layout: {info.layout} {info.views}")
         check(not os.path.exists(demos + ".tmp"), "the recorder leaves no partial file")
+    # An RL job on a Meta-World task: rl_tenant.py sizes its head from the task (4 actions).
+    run = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "rl_tenant.py"), "-s", d.socket,
+                          "-t", "mw-rl", "--task", "mw:reach-v3", "--sessions", "2", "--horizon", "16",
+                          "--iterations", "2", "--report-every", "0"], capture_output=True, text=True, timeout=300)
+    status = json.loads(run.stdout.strip().splitlines()[-1]) if run.stdout.strip() else {}
+    check(run.returncode == 0 and status.get("state") == "done" and status.get("env_steps", 0) >= 2 * 2 * 16,
+          f"a PPO job ran on Meta-World sessions: {status or run.stderr[-1500:]}")
     engine.kill()
     engine.wait()
 finish()
