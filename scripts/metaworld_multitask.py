@@ -46,9 +46,10 @@ def one_run(a, seed, language, work):
                                "--max-steps", str(a.max_steps), *fixed], stdout=subprocess.DEVNULL)
     nexusd = None
     try:
+        deadline = time.monotonic() + 60
         while not os.path.exists(sock):
-            if engine.poll() is not None:
-                raise RuntimeError("the engine did not start")
+            if engine.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the engine did not start within 60 s")
             time.sleep(0.05)
         nsock = os.path.join(work, "nexusd.sock")
         nexusd = subprocess.Popen([a.nexusd, "--socket", nsock, "--state-dir", os.path.join(work, "state"),

@@ -66,9 +66,11 @@ log "LibTorch from $(cat "$venv/torch-source" 2>/dev/null || echo pypi) in $venv
 # them without remaking the torch venv. Without PyPI they are skipped with a warning; the tests
 # that need them say so (exit 77: skipped) rather than fail.
 sim_key=$(sha256sum "$here/requirements-sim.txt" | cut -c1-12)
-if [ ! -f "$venv/.sim-$sim_key" ]; then
+if [ "$(cat "$venv/torch-source" 2>/dev/null)" = debian ]; then
+  log "no PyPI (Debian's LibTorch): Meta-World (requirements-sim.txt) is not installed; its tests skip"
+elif [ ! -f "$venv/.sim-$sim_key" ]; then
   log "installing simulators into the venv (requirements-sim.txt: Meta-World)"
-  if "$venv/bin/pip" install --retries 2 --progress-bar off -q -r "$here/requirements-sim.txt" >&2; then
+  if "$venv/bin/pip" install --retries 2 --timeout 30 --progress-bar off -q -r "$here/requirements-sim.txt" >&2; then
     rm -f "$venv"/.sim-* && touch "$venv/.sim-$sim_key"
   else
     log "WARNING: could not install requirements-sim.txt (no PyPI?): Meta-World tests will be skipped"

@@ -64,15 +64,21 @@ def _dataset_sft_step(self, name, batch, chunk=1):
     return self.dataset_sft_step_async(name, batch, chunk).result()
 
 
-def _run_job(self, spec, poll=0.5):
+def _run_job(self, spec, poll=0.5, timeout=None):
     """Starts a job (JobSpec: sft or eval) and waits for it to end; returns its last JobInfo
-    (state finished, failed or cancelled: check it)."""
+    (state finished, failed or cancelled: check it). Past `timeout` seconds the job is cancelled
+    and nexus.Timeout raised."""
     import time
     job = self.job_start(spec)
+    deadline = None if timeout is None else time.monotonic() + timeout
     while True:
         info = self.job(job)
         if info.state not in ("queued", "running"):
             return info
+        if deadline is not None and time.monotonic() > deadline:
+            self.job_cancel(job)
+            from .errors import Timeout
+            raise Timeout(Timeout.value, f"job {job} ({spec.kind}) still {info.state} after {timeout} s: cancelled")
         time.sleep(poll)
 
 

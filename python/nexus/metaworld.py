@@ -36,7 +36,8 @@ import os
 
 # Before mujoco is imported: it picks its GL backend once. OSMesa runs everywhere (no display, no GPU).
 os.environ.setdefault("MUJOCO_GL", "osmesa")
-os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
+if os.environ["MUJOCO_GL"] in ("osmesa", "egl"):  # PyOpenGL's names for the same two (glfw is not one)
+    os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
 import argparse  # noqa: E402
 import atexit  # noqa: E402
@@ -169,9 +170,6 @@ def _compiled_once(cls: type, mujoco: Any) -> type:
     """`cls` with its model compiled once per process and copied for every further env:
     compiling a task's XML takes about 0.1 s, a copy a tenth of that, and nexusd gives an open of
     N sessions 10 s. (A subclass, so Meta-World's isinstance checks in set_task still hold.)"""
-    if cls in _subclasses:
-        return _subclasses[cls]
-
     def _initialize_simulation(self):  # gymnasium's MujocoEnv, with the compile cached
         with _compiled_lock:
             if self.fullpath not in _compiled:
@@ -180,8 +178,10 @@ def _compiled_once(cls: type, mujoco: Any) -> type:
         model.vis.global_.offwidth, model.vis.global_.offheight = self.width, self.height
         return model, mujoco.MjData(model)
 
-    _subclasses[cls] = type(cls.__name__, (cls,), {"_initialize_simulation": _initialize_simulation})
-    return _subclasses[cls]
+    with _compiled_lock:
+        if cls not in _subclasses:
+            _subclasses[cls] = type(cls.__name__, (cls,), {"_initialize_simulation": _initialize_simulation})
+        return _subclasses[cls]
 
 
 class _ThreadRenderers:
@@ -269,9 +269,13 @@ def main(argv: Optional[list[str]] = None) -> int:
                                 mode=int(a.mode, 8))
         return 0
     from .metaworld_record import record
-    summary = record(a.task, a.episodes, a.out, seed=a.seed, noise=a.noise, image_size=a.image_size,
-                     camera=a.camera, max_steps=a.max_steps, successes_only=a.successes_only, instruction=a.instruction,
-                     progress=lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        summary = record(a.task, a.episodes, a.out, seed=a.seed, noise=a.noise, image_size=a.image_size,
+                         camera=a.camera, max_steps=a.max_steps, successes_only=a.successes_only,
+                         instruction=a.instruction, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    except (KeyError, ValueError, RuntimeError, OSError) as e:  # a bad task or value, a file we cannot write
+        print(f"nexus.metaworld record: {e}", file=sys.stderr)
+        return 2
     import json
     print(json.dumps(summary), flush=True)
     return 0

@@ -18,6 +18,7 @@ Several tasks go in one file (the multi-task case); each demo carries its own in
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Callable, Optional, Sequence
 
@@ -61,9 +62,26 @@ def record(tasks: Sequence[str], episodes: int, out: str, *, seed: int = 0, nois
     if not 0.0 <= noise <= 1.0:
         raise ValueError(f"noise must be 0..1, not {noise}")
     rng = np.random.default_rng(seed)
-    per_task, demos, total = {}, 0, 0
+    per_task: dict = {}
     started = time.monotonic()
     tmp = out + ".tmp"
+    try:
+        _write(h5py, tmp, tasks, episodes, seed, noise, image_size, camera, max_steps, successes_only, instruction,
+               rng, per_task, progress)
+    except BaseException:
+        if os.path.exists(tmp):  # a failure (or ^C) leaves no partial file behind
+            os.unlink(tmp)
+        raise
+    os.replace(tmp, out)  # a reader never sees half a file
+    with h5py.File(out, "r") as f:
+        demos, total = len(f["data"]), int(f["data"].attrs["total"])
+    return {"out": out, "demos": demos, "samples": total, "tasks": per_task,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def _write(h5py, tmp, tasks, episodes, seed, noise, image_size, camera, max_steps, successes_only, instruction, rng,
+           per_task, progress) -> None:
+    demos = total = 0
     with h5py.File(tmp, "w") as f:
         data = f.create_group("data")
         for task in tasks:
@@ -103,7 +121,3 @@ def record(tasks: Sequence[str], episodes: int, out: str, *, seed: int = 0, nois
             "env_kwargs": {"camera": camera, "image_size": image_size, "max_steps": max_steps, "noise": noise,
                            "seed": seed, "tasks": list(per_task),
                            "instruction": instruction}})
-    import os
-    os.replace(tmp, out)  # a reader never sees half a file
-    return {"out": out, "demos": demos, "samples": total, "tasks": per_task,
-            "seconds": round(time.monotonic() - started, 1)}

@@ -28,6 +28,8 @@ import numpy as np
 
 import nexus
 from harness import SOURCE, Daemon, check, finish, raises
+import nexus.metaworld  # noqa: E402  (first: it picks MuJoCo's GL backend)
+import mujoco  # noqa: E402
 from nexus.metaworld import MetaWorldTask
 from nexus.metaworld_tasks import INSTRUCTIONS
 
@@ -65,9 +67,15 @@ check(not np.array_equal(a.full_observation[4:], b.full_observation[4:]),
       "another seed puts the object and the goal elsewhere")
 check(first_a["state"].shape == (4,) and not np.any(first_a["state"][:3] == 0) and first_a["image"].shape == (64, 64, 3),
       "the state is the hand's position and the gripper's opening; the goal is not in it")
-b.close()  # freeing one env's renderer leaves the other's frames intact
+b.close()
+# Renderers freed while another one is current (a connection's thread ending, exit): MuJoCo 3.3's
+# Renderer.close() would delete their GL objects in the current context, another renderer's.
+other = nexus.metaworld._ThreadRenderers()
+other.by_key["x"] = mujoco.Renderer(MetaWorldTask("drawer-open-v3")._env.model, 64, 64)
+a.render()  # `a`'s context is the current one
+other.free()
 again, _ = a.reset(seed=11)
-check(np.array_equal(again["image"], first_a["image"]), "an env's frames survive another env's close")
+check(np.array_equal(again["image"], first_a["image"]), "an env's frames survive another renderer being freed")
 a.close()
 
 with Daemon("--external-env", f"mw={engine_socket}") as d:
@@ -146,6 +154,12 @@ with Daemon("--external-env", f"mw={engine_socket}") as d:
         check(info.layout == "robomimic" and info.episodes == 6 and info.state_dim == 4 and info.action_dim == 4
               and info.views == ["agentview_image"], f"dataset_load recognises the layout: {info.layout} {info.views}")
         check(not os.path.exists(demos + ".tmp"), "the recorder leaves no partial file")
+        broken = os.path.join(work, "broken.hdf5")
+        run = subprocess.run([sys.executable, "-m", "nexus.metaworld", "record", "--task", "reach-v3", "--task",
+                              "no-such-task", "--episodes", "1", "--max-steps", "20", "--out", broken],
+                             capture_output=True, text=True, timeout=300)
+        check(run.returncode != 0 and "no-such-task" in run.stderr and not os.path.exists(broken)
+              and not os.path.exists(broken + ".tmp"), "a recording that fails half-way leaves no file at all")
     # An RL job on a Meta-World task: rl_tenant.py sizes its head from the task (4 actions).
     run = subprocess.run([sys.executable, os.path.join(SOURCE, "examples", "python", "rl_tenant.py"), "-s", d.socket,
                           "-t", "mw-rl", "--task", "mw:reach-v3", "--sessions", "2", "--horizon", "16",
