@@ -37,20 +37,15 @@ def log(msg):
 def one_run(a, seed, language, work):
     """Records, trains and evaluates one (seed, condition); returns {task: success}."""
     import nexus
+    from nexus.metaworld import spawn_engine
     fixed = [] if language else ["--instruction", FIXED]
     demos, sock = os.path.join(work, "experts.hdf5"), os.path.join(work, "mw.sock")
     subprocess.run([sys.executable, "-m", "nexus.metaworld", "record", *sum((["--task", t] for t in a.tasks), []),
                     "--episodes", str(a.demos), "--seed", str(1000 + 100 * seed), "--max-steps", str(a.max_steps),
                     "--out", demos, *fixed], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    engine = subprocess.Popen([sys.executable, "-m", "nexus.metaworld", "serve", "--socket", sock, "--mode", "600",
-                               "--max-steps", str(a.max_steps), *fixed], stdout=subprocess.DEVNULL)
+    engine = spawn_engine(sock, "--mode", "600", "--max-steps", str(a.max_steps), *fixed)
     nexusd = None
     try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(sock):
-            if engine.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the engine did not start within 60 s")
-            time.sleep(0.05)
         nsock = os.path.join(work, "nexusd.sock")
         nexusd = subprocess.Popen([a.nexusd, "--socket", nsock, "--state-dir", os.path.join(work, "state"),
                                    "--weights", a.weights, "--log-level", "warn", "--external-env", f"mw={sock}"])

@@ -240,6 +240,26 @@ def env_factory(camera: str = "corner", max_steps: int = 0, full_state: bool = F
     return make_env
 
 
+def spawn_engine(socket_path: str, *args: str, timeout: float = 60.0, stderr: Any = None) -> Any:
+    """Starts `python -m nexus.metaworld serve --socket socket_path *args` in a process of its own
+    and returns it (a subprocess.Popen) once its socket exists: the server publishes the path only
+    when it accepts connections. A stale file at the path (a killed engine's) is removed first."""
+    import subprocess
+    import time
+    if os.path.lexists(socket_path):
+        os.unlink(socket_path)
+    proc = subprocess.Popen([sys.executable, "-m", "nexus.metaworld", "serve", "--socket", socket_path, *args],
+                            stdout=subprocess.DEVNULL, stderr=stderr)
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(socket_path):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"the Meta-World engine did not start within {timeout} s (exit {proc.returncode})")
+        time.sleep(0.05)
+    return proc
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m nexus.metaworld", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)

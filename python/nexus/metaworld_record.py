@@ -66,21 +66,20 @@ def record(tasks: Sequence[str], episodes: int, out: str, *, seed: int = 0, nois
     started = time.monotonic()
     tmp = out + ".tmp"
     try:
-        _write(h5py, tmp, tasks, episodes, seed, noise, image_size, camera, max_steps, successes_only, instruction,
+        demos, total = _write(h5py, tmp, tasks, episodes, seed, noise, image_size, camera, max_steps, successes_only, instruction,
                rng, per_task, progress)
     except BaseException:
         if os.path.exists(tmp):  # a failure (or ^C) leaves no partial file behind
             os.unlink(tmp)
         raise
     os.replace(tmp, out)  # a reader never sees half a file
-    with h5py.File(out, "r") as f:
-        demos, total = len(f["data"]), int(f["data"].attrs["total"])
     return {"out": out, "demos": demos, "samples": total, "tasks": per_task,
             "seconds": round(time.monotonic() - started, 1)}
 
 
 def _write(h5py, tmp, tasks, episodes, seed, noise, image_size, camera, max_steps, successes_only, instruction, rng,
-           per_task, progress) -> None:
+           per_task, progress) -> tuple[int, int]:
+    """Writes the file at `tmp`; returns (demos, samples) written."""
     demos = total = 0
     with h5py.File(tmp, "w") as f:
         data = f.create_group("data")
@@ -121,3 +120,4 @@ def _write(h5py, tmp, tasks, episodes, seed, noise, image_size, camera, max_step
             "env_kwargs": {"camera": camera, "image_size": image_size, "max_steps": max_steps, "noise": noise,
                            "seed": seed, "tasks": list(per_task),
                            "instruction": instruction}})
+    return demos, total

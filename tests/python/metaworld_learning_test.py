@@ -21,6 +21,7 @@ if importlib.util.find_spec("metaworld") is None:
 
 import nexus  # noqa: E402
 from harness import Daemon, check, finish  # noqa: E402
+from nexus.metaworld import spawn_engine  # noqa: E402
 
 TASKS = ["reach-v3", "button-press-v3"]
 DEMOS, STEPS, EPISODES, LIMIT = 20, 2000, 50, 150
@@ -37,14 +38,7 @@ started = time.monotonic()
 subprocess.run([sys.executable, "-m", "nexus.metaworld", "record", *sum((["--task", t] for t in TASKS), []),
                 "--episodes", str(DEMOS), "--seed", str(1000 + 100 * seed), "--max-steps", str(LIMIT), "--out", demos],
                check=True, stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "record.err"), "w"), timeout=600)
-engine = subprocess.Popen([sys.executable, "-m", "nexus.metaworld", "serve", "--socket", engine_socket,
-                           "--mode", "666", "--max-steps", str(LIMIT)], stdout=subprocess.DEVNULL)
-deadline = time.monotonic() + 60
-while not os.path.exists(engine_socket):
-    if engine.poll() is not None or time.monotonic() > deadline:
-        engine.kill()
-        sys.exit("the engine did not start within 60 s")
-    time.sleep(0.05)
+engine = spawn_engine(engine_socket, "--mode", "666", "--max-steps", str(LIMIT))
 
 figures = {"seed": seed, "demos_per_task": DEMOS, "sft_steps": STEPS, "episodes": EPISODES}
 try:

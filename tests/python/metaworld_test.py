@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 
 warnings.filterwarnings("ignore")  # gymnasium's passive checker on Meta-World's spaces
@@ -42,17 +41,9 @@ atexit.register(lambda: [p.kill() for p in engines])  # a failed check must not 
 
 
 def start_engine():
-    if os.path.lexists(engine_socket):  # a killed engine's file: the new one publishes its own
-        os.unlink(engine_socket)
-    proc = subprocess.Popen([sys.executable, "-m", "nexus.metaworld", "serve", "--socket", engine_socket,
-                             "--mode", "666"], stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "engine.err"), "a"))
-    engines.append(proc)
-    deadline = time.monotonic() + 60
-    while not os.path.exists(engine_socket):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("the engine did not start: " + open(os.path.join(work, "engine.err")).read()[-2000:])
-        time.sleep(0.05)
-    return proc
+    engines.append(nexus.metaworld.spawn_engine(engine_socket, "--mode", "666",
+                                                stderr=open(os.path.join(work, "engine.err"), "a")))
+    return engines[-1]
 
 
 # --- the engine's env alone: instructions, reproducible resets, the expert -----------------------------
