@@ -1,6 +1,7 @@
 // nexus-bench env: simulator steps per second with rendering, and rollout throughput with RL-style
 // tenants grouped vs serial through nexusd.
 #pragma once
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,13 @@ struct EnvOptions {
   std::string backbone = "tiny";
   bool json = false;
   std::string nexusd;
+  int engine_sessions = 16;  // rollout engines: one tenant's sessions, stepped ...
+  int engine_steps = 60;     // ... this many times in each placement
+  std::string rollout;       // nexus-rollout (empty: beside nexusd, or the build tree's)
 };
 
 int run_env(const EnvOptions& options);
+// The rollout-engine figures (engines_bench.cpp): in nexusd vs 1 vs 2 engines, into `j`.
+void engines_section(const EnvOptions& options, nlohmann::json& j);
 
 }  // namespace nexus::bench

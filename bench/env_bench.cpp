@@ -172,6 +172,7 @@ int run_env(const EnvOptions& o) {
   compare("rl_jobs", "rl_job_speedup_", "RL jobs", [&](const test::Daemon& d, const char* tag, int t) {
     return rl_job_rate(d.socket(), tag, t, o.sessions, o.rl_iterations);
   });
+  engines_section(o, j);
   if (o.json) std::printf("%s\n", j.dump().c_str());
   return 0;
 }

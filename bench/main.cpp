@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
   env_cmd->add_option("--rl-iterations", env.rl_iterations, "updates per nexusd PPO job");
   env_cmd->add_option("--backbone", env.backbone, "tiny or small (seeded weights)");
   env_cmd->add_flag("--json", env.json, "last line: one JSON object of figures");
+  env_cmd->add_option("--engine-sessions", env.engine_sessions, "rollout engines: sessions of one tenant");
+  env_cmd->add_option("--engine-steps", env.engine_steps, "rollout engines: timed steps per placement");
+  env_cmd->add_option("--rollout", env.rollout, "nexus-rollout to start (default: beside nexusd)");
 #ifdef NEXUS_BENCH_WITH_GROUP
   nexus::bench::GroupOptions group;
   group.python = NEXUS_BENCH_PYTHON;

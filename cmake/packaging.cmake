@@ -1,6 +1,7 @@
 # Installation and the Debian package (scripts/package.sh builds it: cpack -G DEB).
 #   /usr/bin/nexusd, nexusctl           the daemon and its administration tool
 #   /usr/bin/nexus-dataset-reader       the sandboxed parser nexusd runs for tenants' datasets
+#   /usr/bin/nexus-rollout              a rollout engine (simulation in its own process; nexus-rollout@.service)
 #   maintainer scripts                  systemd/debian/: postinst, prerm, postrm (tests/deb/lifecycle_test.sh)
 #   /usr/lib/systemd/system/            nexusd.service (Type=notify, watchdog) and nexusd.socket
 #   /usr/lib/sysusers.d, tmpfiles.d     the nexus user and group; /var/lib/nexus (0700), /run/nexus
@@ -10,7 +11,10 @@
 include(GNUInstallDirs)
 set(NEXUS_SYSTEMD_UNIT_DIR "${CMAKE_INSTALL_PREFIX}/lib/systemd/system" CACHE PATH "systemd unit files")
 configure_file(${PROJECT_SOURCE_DIR}/systemd/nexusd.service.in ${PROJECT_BINARY_DIR}/systemd/nexusd.service @ONLY)
+configure_file(${PROJECT_SOURCE_DIR}/systemd/nexus-rollout@.service.in ${PROJECT_BINARY_DIR}/systemd/nexus-rollout@.service
+               @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/systemd/nexusd.service ${PROJECT_SOURCE_DIR}/systemd/nexusd.socket
+              ${PROJECT_BINARY_DIR}/systemd/nexus-rollout@.service  # optional: instances are enabled by hand
               ${PROJECT_SOURCE_DIR}/systemd/nvidia-mps.service  # optional: not enabled by the package
               ${PROJECT_SOURCE_DIR}/systemd/nexus-metaworld.service  # optional, as MPS
         DESTINATION ${NEXUS_SYSTEMD_UNIT_DIR})

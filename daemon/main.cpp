@@ -47,6 +47,21 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.env.workers = static_cast<int>(c.env_workers);
   m.external_envs = c.external_envs;
   m.external_timeouts = {c.external_open_timeout, c.external_step_timeout};
+  m.engines.max_engines = static_cast<int>(c.rollout_max_engines);
+  m.engines.max_capacity = static_cast<int>(c.rollout_max_capacity);
+  m.engines.timeouts = m.external_timeouts;
+  m.rollout_socket = nexus::daemon::rollout_socket_path(c);
+  m.autoscale.min_engines = static_cast<int>(c.autoscale_min);
+  m.autoscale.max_engines = static_cast<int>(c.autoscale_max);
+  m.autoscale.sessions_per_engine = static_cast<int>(c.autoscale_sessions_per_engine);
+  m.autoscale.idle_after = std::chrono::seconds(c.autoscale_idle_s);
+  m.autoscale_spawn = c.autoscale_spawn;
+  if (m.autoscale_spawn.empty())
+    m.autoscale_spawn = {nexus::env::beside_executable("nexus-rollout", "rollout"), "--socket", "{socket}", "--name",
+                         "auto-{n}"};
+  if (m.autoscale.max_engines > 0 && m.autoscale_spawn.front().empty())
+    NEXUS_LOG(warn, "rollout_autoscale", "reason=\"no nexus-rollout beside nexusd and no [rollout] spawn: autoscaling off\"");
+  if (m.autoscale_spawn.front().empty()) m.autoscale.max_engines = 0;
   m.datasets = {c.datasets_per_tenant, c.dataset_bytes_per_tenant, c.dataset_bytes_total,
                 {c.dataset_reader.empty() ? nexus::env::reader_beside_executable() : c.dataset_reader,
                  c.dataset_parse_timeout}};
@@ -89,6 +104,7 @@ int main(int argc, char** argv) {
   long batch_wait_us = -1;
   bool deterministic = false;
   std::vector<std::string> external_envs;
+  std::string rollout_socket;
   std::string timeline;
   double max_request_gflop = 0;
   std::int64_t feature_cache_mib = -1;
@@ -110,6 +126,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");
   app.add_flag("--deterministic", deterministic,
                "bitwise per-sample results whatever the group: one backbone pass per request");
+  app.add_option("--rollout-socket", rollout_socket,
+                 "where rollout engines (nexus-rollout) attach (default: rollout.sock beside the socket; none: off)");
   app.add_option("--external-env", external_envs,
                  "NAME=SOCKET: an external environment's simulator process; tenants open \"NAME:task\"");
   app.add_option("--socket-mode", socket_mode, "the socket file's mode, octal (default 0660)");
@@ -138,6 +156,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!socket_path.empty()) config.socket_path = socket_path;
+  if (!rollout_socket.empty()) config.rollout_socket = rollout_socket;
   if (spin_us >= 0) config.spin = std::chrono::microseconds(spin_us);
   if (max_tenants > 0) config.max_tenants = max_tenants;
   if (max_segment_mib > 0) config.max_segment_bytes = max_segment_mib << 20;
@@ -201,12 +220,29 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &on_stop, nullptr);
   sigaction(SIGINT, &on_stop, nullptr);
 
-  nexus::daemon::Listener listener;
+  nexus::daemon::Listener listener, rollout;
+  bool rollout_given = false;  // the Master owns the rollout socket's descriptor then; here only its file goes
+  const auto close_rollout = [&] {
+    if (rollout_given) rollout.fd = -1;
+    nexus::daemon::close_listener(rollout);
+  };
   try {
     listener = nexus::daemon::open_listener(config);
     NEXUS_LOG(info, "listening", "socket={} systemd={}",
               listener.from_systemd ? "(passed by systemd)" : listener.path, listener.from_systemd);
     if (!listener.warning.empty()) NEXUS_LOG(warn, "socket_group", "reason=\"{}\"", listener.warning);
+    // Where rollout engines attach. Without it nexusd still serves (the in-daemon pool runs every
+    // session), so a failure here is a warning, not a stop.
+    if (const auto path = nexus::daemon::rollout_socket_path(config); !path.empty() && config.backbone != "none") {
+      auto at = config;
+      at.socket_path = path;
+      try {
+        rollout = nexus::daemon::open_listener(at);
+        NEXUS_LOG(info, "rollout_listening", "socket={}", path);
+      } catch (const std::exception& e) {
+        NEXUS_LOG(warn, "rollout_socket", "reason=\"{}: no rollout engines can attach\"", e.what());
+      }
+    }
     // The reactor outlives nothing that posts to it: the services are declared after it, so
     // their threads are joined first.
     std::unique_ptr<nexus::daemon::Reactor> reactor;
@@ -219,8 +255,11 @@ int main(int argc, char** argv) {
 #ifdef NEXUS_WITH_MODEL
     nexus::daemon::Master* master = nullptr;
     if (config.backbone != "none") {
+      auto services_config = master_config(config);
+      services_config.rollout_listener = rollout.fd;
+      rollout_given = true;
       auto owned = std::make_unique<nexus::daemon::Master>(
-          master_config(config), [&reactor](std::uint64_t session, std::vector<std::uint8_t> reply) {
+          services_config, [&reactor](std::uint64_t session, std::vector<std::uint8_t> reply) {
             reactor->post_completion(session, std::move(reply));
           });
       master = owned.get();
@@ -246,8 +285,10 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     NEXUS_LOG(critical, "fatal", "error=\"{}\"", e.what());
     nexus::daemon::close_listener(listener);
+    close_rollout();
     return 1;
   }
   nexus::daemon::close_listener(listener);
+  close_rollout();
   return 0;
 }

@@ -18,6 +18,19 @@
 
 #include "nexus/client.hpp"
 
+namespace {
+
+// Where the job's steps ran, as JSON members: "engine": steps ("": nexusd itself). Engine names
+// are [A-Za-z0-9._-] (nexusd checks), so they need no escaping.
+std::string engine_steps_json(const nexus::RlStatus& s) {
+  std::string out;
+  for (const auto& [engine, steps] : s.engine_steps)
+    out += (out.empty() ? "\"" : ",\"") + engine + "\":" + std::to_string(steps);
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"rl_tenant: PPO or GRPO on a built-in task, driven by nexusd"};
   nexus::ClientOptions opt;
@@ -112,7 +125,8 @@ int main(int argc, char** argv) {
                 "\"iterations\":%d,\"first_version\":%llu,\"version\":%llu,\"env_steps\":%llu,\"episodes\":%llu,"
                 "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,"
                 "\"records_behind\":%llu,\"seconds\":%.1f,\"untrained_version\":%llu,\"untrained_success\":%s,"
-                "\"warm_start_steps\":%d,\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f}\n",
+                "\"warm_start_steps\":%d,\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f,"
+                "\"interrupted_episodes\":%llu,\"engine_steps\":{%s}}\n",
                 opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
                 s.iterations, static_cast<unsigned long long>(first), static_cast<unsigned long long>(s.version),
                 static_cast<unsigned long long>(s.env_steps), static_cast<unsigned long long>(s.episodes),
@@ -121,7 +135,8 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(untrained),
                 std::isnan(untrained_success) ? "null" : std::to_string(untrained_success).c_str(),
                 demos.empty() ? 0 : warm_start_steps,
-                std::isnan(warm_loss) ? "null" : std::to_string(warm_loss).c_str(), rl.demo_weight, s.demo_loss);
+                std::isnan(warm_loss) ? "null" : std::to_string(warm_loss).c_str(), rl.demo_weight, s.demo_loss,
+                static_cast<unsigned long long>(s.interrupted_episodes), engine_steps_json(s).c_str());
     return s.state == "done" ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rl_tenant %s: %s\n", opt.tenant.c_str(), e.what());

@@ -62,7 +62,12 @@ int status_command(const std::string& socket, bool json_out) {
               {"longest_training_turn_s", s.longest_training_turn_s},
               {"longest_shared_training_turn_s", s.longest_shared_training_turn_s},
               {"health_restarts", s.health_restarts}, {"health", s.health},
-              {"services", services_json(s)}, {"tenants", json::array()}, {"replicas", json::array()}};
+              {"services", services_json(s)}, {"tenants", json::array()}, {"replicas", json::array()},
+              {"engines", json::array()}};
+    for (const auto& e : s.engines)
+      j["engines"].push_back({{"id", e.id}, {"name", e.name}, {"uid", e.uid}, {"shared", e.shared},
+                              {"draining", e.draining}, {"capacity", e.capacity}, {"sessions", e.sessions},
+                              {"steps", e.steps}, {"tasks", e.tasks}});
     for (const auto& r : s.replicas)
       j["replicas"].push_back({{"device", r.device}, {"tenants", r.tenants}, {"groups", r.groups}, {"samples", r.samples}});
     for (const auto& t : s.tenants)
@@ -91,6 +96,10 @@ int status_command(const std::string& socket, bool json_out) {
                 static_cast<unsigned long long>(s.inference_queued), static_cast<unsigned long long>(s.training_queued));
   }
   for (const auto& h : s.health) std::printf("restarted: %s\n", h.c_str());
+  for (const auto& e : s.engines)
+    std::printf("rollout engine %s (%llu, uid %u, %s): %d of %d sessions, %llu steps%s\n", e.name.c_str(),
+                static_cast<unsigned long long>(e.id), e.uid, e.shared ? "shared" : "its user's tenants only",
+                e.sessions, e.capacity, static_cast<unsigned long long>(e.steps), e.draining ? ", draining" : "");
   std::printf("%zu tenant(s) attached\n", s.tenants.size());
   if (!s.tenants.empty()) {
     std::printf("  %-24s %7s %8s %8s %12s %10s %7s %9s\n", "TENANT", "UID", "PID", "SESSION", "SEGMENT", "REQUESTS",

@@ -27,6 +27,13 @@ std::vector<bool> flags(const V* v) {
   return out;
 }
 
+std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
+  std::vector<std::string> out;
+  if (v)
+    for (const auto* s : *v) out.push_back(s ? s->str() : "");
+  return out;
+}
+
 EnvStepResult step_result(const std::vector<std::uint8_t>& bytes) {
   const auto* r = reply_message(bytes, wire::Body::EnvStepReply)->body_as_EnvStepReply();
   EnvStepResult out;
@@ -37,15 +44,13 @@ EnvStepResult step_result(const std::vector<std::uint8_t>& bytes) {
   out.truncated = flags(r->truncated());
   if (r->instructions()) for (const auto* s : *r->instructions()) out.instructions.push_back(s ? s->str() : "");
   if (r->errors()) for (const auto* s : *r->errors()) out.errors.push_back(s ? s->str() : "");
+  out.engines = strings(r->engines());
+  out.interrupted = strings(r->interrupted());
+  out.engines.resize(out.reward.size());  // an older nexusd names none
+  out.interrupted.resize(out.reward.size());
   return out;
 }
 
-std::vector<std::string> strings(const flatbuffers::Vector<flatbuffers::Offset<flatbuffers::String>>* v) {
-  std::vector<std::string> out;
-  if (v)
-    for (const auto* s : *v) out.push_back(s ? s->str() : "");
-  return out;
-}
 
 std::vector<float> floats(const flatbuffers::Vector<float>* v) {
   return v ? std::vector<float>(v->begin(), v->end()) : std::vector<float>{};
@@ -195,6 +200,10 @@ RlStatus Client::rl_status(bool stop) {
   s.seconds = r->seconds();
   s.demo_loss = r->demo_loss();
   s.records_behind = r->records_behind();
+  if (r->engines() && r->engine_steps() && r->engines()->size() == r->engine_steps()->size())
+    for (flatbuffers::uoffset_t i = 0; i < r->engines()->size(); ++i)
+      s.engine_steps[r->engines()->Get(i)->str()] = r->engine_steps()->Get(i);
+  s.interrupted_episodes = r->interrupted_episodes();
   return s;
 }
 

@@ -62,6 +62,13 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
   s.backbone = str(r->backbone());
   if (r->replicas())
     for (const auto* x : *r->replicas()) s.replicas.push_back({str(x->device()), x->tenants(), x->groups(), x->samples()});
+  if (r->engines())
+    for (const auto* e : *r->engines()) {
+      EngineStatus x{e->id(), str(e->name()), e->uid(), e->shared(), e->draining(), e->capacity(), e->sessions(), e->steps(), {}};
+      if (e->tasks())
+        for (const auto* t : *e->tasks()) x.tasks.push_back(str(t));
+      s.engines.push_back(std::move(x));
+    }
   s.model_groups = r->model_groups();
   s.model_requests = r->model_requests();
   s.model_samples = r->model_samples();

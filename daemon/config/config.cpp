@@ -203,6 +203,28 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
     }
   }
 
+  r.get("rollout", "socket", c.rollout_socket);
+  c.rollout_max_engines = static_cast<std::uint32_t>(r.positive("rollout", "max_engines", c.rollout_max_engines));
+  c.rollout_max_capacity = static_cast<std::uint32_t>(r.positive("rollout", "max_capacity", c.rollout_max_capacity));
+  c.autoscale_min = static_cast<std::uint32_t>(r.non_negative("rollout", "autoscale_min", c.autoscale_min));
+  c.autoscale_max = static_cast<std::uint32_t>(r.non_negative("rollout", "autoscale_max", c.autoscale_max));
+  if (c.autoscale_max > 0 && c.autoscale_min > c.autoscale_max)
+    r.fail("rollout", "autoscale_min", "must not exceed autoscale_max");
+  c.autoscale_idle_s = static_cast<std::uint32_t>(r.positive("rollout", "autoscale_idle_s", c.autoscale_idle_s));
+  c.autoscale_sessions_per_engine = static_cast<std::uint32_t>(
+      r.positive("rollout", "autoscale_sessions_per_engine", c.autoscale_sessions_per_engine));
+  if (const auto n = t["rollout"]["spawn"]) {
+    const auto* a = n.as_array();
+    if (!a || a->empty()) r.fail("rollout", "spawn", "must be a non-empty array of strings (a command and its arguments)");
+    c.autoscale_spawn.clear();
+    if (a)
+      for (const auto& x : *a) {
+        const auto v = x.value<std::string>();
+        if (!v) r.fail("rollout", "spawn", "must hold only strings");
+        else c.autoscale_spawn.push_back(*v);
+      }
+  }
+
   c.jobs_running_per_tenant = static_cast<std::uint32_t>(r.positive("jobs", "max_running_per_tenant", c.jobs_running_per_tenant));
   c.jobs_running = static_cast<std::uint32_t>(r.positive("jobs", "max_running", c.jobs_running));
   c.jobs_per_tenant = static_cast<std::uint32_t>(r.positive("jobs", "max_per_tenant", c.jobs_per_tenant));
@@ -212,6 +234,13 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   r.get("metrics", "textfile", c.metrics_textfile);
   c.metrics_interval = seconds(r.positive("metrics", "interval_s", c.metrics_interval.count()));
   return c;
+}
+
+std::string rollout_socket_path(const DaemonConfig& c) {
+  if (c.rollout_socket == "none") return "";
+  if (!c.rollout_socket.empty()) return c.rollout_socket;
+  const auto slash = c.socket_path.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : c.socket_path.substr(0, slash)) + "/rollout.sock";
 }
 
 }  // namespace nexus::daemon

@@ -84,6 +84,19 @@ struct DaemonConfig {
   // External environments: name -> the Unix socket its simulator process listens on. Tenants
   // open its tasks as "<name>:<task>".
   std::map<std::string, std::string> external_envs;
+  // [rollout] Where rollout engines (nexus-rollout) attach: empty, the control socket's directory
+  // + /rollout.sock; "none": no engines (the in-daemon pool only). Same mode and group as the
+  // control socket; who may attach is decided per connection (engine_registry.hpp).
+  std::string rollout_socket;
+  std::uint32_t rollout_max_engines = 16;
+  std::uint32_t rollout_max_capacity = 256;  // sessions one engine may take
+  // Autoscaling (off while autoscale_max is 0): engines started with `spawn` (argv; "{socket}"
+  // and "{n}" replaced; empty: nexus-rollout beside nexusd, named auto-{n}) while sessions run in
+  // nexusd for want of room, drained when idle for autoscale_idle_s, between min and max.
+  std::uint32_t autoscale_min = 0, autoscale_max = 0;
+  std::uint32_t autoscale_idle_s = 60;
+  std::uint32_t autoscale_sessions_per_engine = 16;
+  std::vector<std::string> autoscale_spawn;
   // [jobs]
   std::uint32_t jobs_running_per_tenant = 2;
   std::uint32_t jobs_running = 16;
@@ -105,6 +118,9 @@ std::string resolve_weights(const DaemonConfig& c);
 
 // Loads `path` over the defaults; throws std::runtime_error with the file and key on bad input.
 DaemonConfig load_config_file(const std::string& path, DaemonConfig base = {});
+
+// The rollout socket's path ("" when engines are off).
+std::string rollout_socket_path(const DaemonConfig& c);
 
 // `nexusd --check-config`: prints what `c` resolves to (socket, weights, state, bounds) and the
 // problems that would stop or weaken the daemon (weights not found, no such socket group);

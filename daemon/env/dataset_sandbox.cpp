@@ -80,16 +80,18 @@ std::string how_it_ended(int status) {
 
 }  // namespace
 
-std::string reader_beside_executable() {
+std::string beside_executable(const std::string& program, const std::string& build_dir) {
   std::error_code ec;
   const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return "";
-  const auto path = self.parent_path() / "nexus-dataset-reader";
+  const auto path = self.parent_path() / program;
   if (std::filesystem::exists(path, ec)) return path.string();
-  // The build tree: nexusd in daemon/, the reader in datasets/.
-  const auto built = self.parent_path().parent_path() / "datasets" / "nexus-dataset-reader";
+  // The build tree: nexusd in daemon/, the program in its own folder.
+  const auto built = self.parent_path().parent_path() / build_dir / program;
   return std::filesystem::exists(built, ec) ? built.string() : "";
 }
+
+std::string reader_beside_executable() { return beside_executable("nexus-dataset-reader", "datasets"); }
 
 datasets::DemoFile parse_dataset(const DatasetReader& reader, int fd, const std::string& name,
                                  const datasets::ReadOptions& options) {

@@ -20,7 +20,10 @@ struct DatasetReader {
   std::chrono::milliseconds timeout{120000};    // the whole parse, from start to its result
 };
 
-// The path of nexus-dataset-reader beside the running executable ("" if there is none).
+// The path of `program` beside the running executable, or in the build tree's `build_dir`
+// beside nexusd's daemon/ ("" if neither exists).
+std::string beside_executable(const std::string& program, const std::string& build_dir);
+// nexus-dataset-reader's, so.
 std::string reader_beside_executable();
 
 // Reads the file behind `fd` (not closed here) with `options` (max_bytes: the most the result

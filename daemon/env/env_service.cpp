@@ -20,7 +20,11 @@ struct EnvService::Session {
 EnvService::EnvService(EnvLimits limits, SessionFactory factory, metrics::Accounting* accounting,
                        daemon::HealthManager* health)
     : limits_(limits),
-      factory_(factory ? std::move(factory) : SessionFactory(make_builtin_sessions)),
+      factory_(factory ? std::move(factory)
+                       : SessionFactory([](const std::string& task, int image_size, int max_steps, int count,
+                                           std::optional<uid_t>) {
+                           return make_builtin_sessions(task, image_size, max_steps, count);
+                         })),
       accounting_(accounting),
       pool_(std::max(0, limits.workers), health) {}
 
@@ -33,8 +37,10 @@ EnvService::Opened EnvService::open(const std::string& tenant, const std::string
                    "count must be 1.." + std::to_string(limits_.max_sessions_per_tenant));
   if (max_steps < 0 || max_steps > limits_.max_steps)
     throw EnvError(EnvError::Kind::BadRequest, "max_steps must be 0 (the task's own) .." + std::to_string(limits_.max_steps));
+  std::optional<uid_t> owner;
   {
     std::lock_guard lk(mu_);
+    if (auto it = owners_.find(tenant); it != owners_.end()) owner = it->second;
     const auto owned = std::count_if(sessions_.begin(), sessions_.end(), [&](auto& kv) { return kv.second->tenant == tenant; });
     if (owned + count > limits_.max_sessions_per_tenant)
       throw EnvError(EnvError::Kind::TooManySessions,
@@ -48,7 +54,7 @@ EnvService::Opened EnvService::open(const std::string& tenant, const std::string
   // milliseconds.
   std::vector<std::unique_ptr<EnvSession>> envs;
   try {
-    envs = factory_(task, image_size, max_steps, count);
+    envs = factory_(task, image_size, max_steps, count, owner);
   } catch (const std::exception& e) {
     throw EnvError(EnvError::Kind::BadRequest, "cannot open '" + task + "': " + e.what());
   }
@@ -157,6 +163,8 @@ struct EnvService::Call {
     Session& s = *sessions[i];
     s.env->observe(images + i * image_bytes(), state + i * static_cast<std::size_t>(spec.state_dim));
     results[i].instruction = s.env->instruction();
+    results[i].engine = s.env->placement();
+    results[i].interrupted = s.env->take_interruption();
   }
 };
 
@@ -265,9 +273,15 @@ std::size_t EnvService::close(const std::string& tenant, std::span<const std::ui
   return closing.size();
 }
 
+void EnvService::tenant_attached(const std::string& tenant, uid_t uid) {
+  std::lock_guard lk(mu_);
+  owners_[tenant] = uid;
+}
+
 void EnvService::tenant_detached(const std::string& tenant) {
   std::vector<std::shared_ptr<Session>> closing;
   std::lock_guard lk(mu_);
+  owners_.erase(tenant);
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->second->tenant == tenant) {
       closing.push_back(std::move(it->second));

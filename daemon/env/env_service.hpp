@@ -14,11 +14,14 @@
 // sharing a SessionBatch (an external connection) take turns on it. A call's sessions of one
 // batch are locked in address order, so two calls never wait on each other.
 #pragma once
+#include <sys/types.h>
+
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -54,12 +57,16 @@ struct SessionResult {
   std::string instruction;
   std::string error;   // empty: ok
   bool failed = false; // error is the session's fault: it is now failed for good
+  std::string engine;       // the rollout engine that served it ("": nexusd itself)
+  std::string interrupted;  // set: its engine was lost; the episode was truncated (done, truncated)
 };
 
 // Makes the `count` sessions of one open of a task (built-in or external); throws BadInput for
 // unknown names. Sessions made together may share a SessionBatch (one external connection).
-using SessionFactory = std::function<std::vector<std::unique_ptr<EnvSession>>(const std::string& task, int image_size,
-                                                                              int max_steps, int count)>;
+// `owner`: the opening tenant's Unix user, when it is attached (rollout engines of that user
+// may serve it).
+using SessionFactory = std::function<std::vector<std::unique_ptr<EnvSession>>(
+    const std::string& task, int image_size, int max_steps, int count, std::optional<uid_t> owner)>;
 
 class EnvService {
  public:
@@ -90,6 +97,7 @@ class EnvService {
 
   // Closes the tenant's sessions among ids (others' ids are ignored); returns how many closed.
   std::size_t close(const std::string& tenant, std::span<const std::uint64_t> ids);
+  void tenant_attached(const std::string& tenant, uid_t uid);  // whose engines may serve it
   void tenant_detached(const std::string& tenant);  // closes all of the tenant's sessions
   std::size_t sessions() const;
 
@@ -111,6 +119,7 @@ class EnvService {
   mutable std::mutex mu_;
   std::map<std::uint64_t, std::shared_ptr<Session>> sessions_;  // GUARDED_BY(mu_)
   std::uint64_t next_id_ = 1;                                    // GUARDED_BY(mu_)
+  std::map<std::string, uid_t> owners_;                          // GUARDED_BY(mu_): attached tenants
 };
 
 }  // namespace nexus::env

@@ -32,6 +32,12 @@ struct BadInput : std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// The process serving a session (a rollout engine) died, hung past its deadline or answered
+// out of protocol: the session itself did nothing wrong and may go on elsewhere after a reset.
+struct EngineLost : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Sessions one simulator serves together (an external simulator's connection, protocol 3): the
 // Environment Service hands the sessions of a call that share a batch to it as one exchange.
 class SessionBatch {
@@ -62,6 +68,10 @@ class EnvSession {
   // The current observation: rgb gets image_size^2 * 3 bytes, state gets state_dim floats.
   virtual void observe(std::uint8_t* rgb, float* state) = 0;
   virtual std::string instruction() const = 0;
+  // Where it runs: a rollout engine's name, or "" for nexusd itself.
+  virtual std::string placement() const { return {}; }
+  // Why the last step was cut short (its engine was lost), once; "" when it was not.
+  virtual std::string take_interruption() { return {}; }
 };
 
 }  // namespace nexus::env

@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "daemon/env/builtin_session.hpp"
+#include "daemon/env/placed_session.hpp"
 #include "schema/ext_frame.hpp"
 
 namespace nexus::env {
@@ -36,9 +37,10 @@ int connect_to(const std::string& path) {
 // every later exchange fails with the reason.
 class SimulatorConnection final : public SessionBatch {
  public:
-  SimulatorConnection(std::string path, const std::string& task, int image_size, int max_steps, int count,
+  // Takes `fd` (a connected socket) only once constructed: if this throws, the caller closes it.
+  SimulatorConnection(int fd, std::string label, const std::string& task, int image_size, int max_steps, int count,
                       const ExternalTimeouts& timeouts)
-      : path_(std::move(path)), timeout_(timeouts.step), fd_(connect_to(path_)) {
+      : path_(std::move(label)), timeout_(timeouts.step), fd_(fd) {
     flatbuffers::FlatBufferBuilder fbb(128);
     const auto open =
         wire::CreateExtOpen(fbb, fbb.CreateString(task), image_size, max_steps, schema::kExtProtocol, count);
@@ -115,7 +117,7 @@ class SimulatorConnection final : public SessionBatch {
   };
 
   [[noreturn]] void gone(const std::string& why) const {
-    throw std::runtime_error("external environment at " + path_ + ": " + why);
+    throw std::runtime_error(path_ + ": " + why);
   }
   const wire::ExtMessage* receive(std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
     std::string why;
@@ -150,7 +152,7 @@ class SimulatorConnection final : public SessionBatch {
     return r;
   }
 
-  std::string path_;
+  std::string path_;  // who it is, for errors: "external environment at PATH" or the engine
   std::chrono::milliseconds timeout_;
   int fd_;
   std::mutex mu_;
@@ -195,18 +197,38 @@ class ExternalSession final : public EnvSession {
 
 }  // namespace
 
-std::vector<std::unique_ptr<EnvSession>> open_external(const std::string& socket_path, const std::string& task,
-                                                       int image_size, int max_steps, int count,
-                                                       const ExternalTimeouts& timeouts) {
-  auto connection = std::make_shared<SimulatorConnection>(socket_path, task, image_size, max_steps, count, timeouts);
+std::vector<std::unique_ptr<EnvSession>> open_external_on(int fd, const std::string& label, const std::string& task,
+                                                          int image_size, int max_steps, int count,
+                                                          const ExternalTimeouts& timeouts) {
+  auto connection = std::make_shared<SimulatorConnection>(fd, label, task, image_size, max_steps, count, timeouts);
   std::vector<std::unique_ptr<EnvSession>> sessions;
   for (int i = 0; i < count; ++i) sessions.push_back(std::make_unique<ExternalSession>(connection, i));
   return sessions;
 }
 
-SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeouts) {
-  return [external = std::move(external), timeouts](const std::string& task, int image_size, int max_steps, int count) {
+std::vector<std::unique_ptr<EnvSession>> open_external(const std::string& socket_path, const std::string& task,
+                                                       int image_size, int max_steps, int count,
+                                                       const ExternalTimeouts& timeouts) {
+  const int fd = connect_to(socket_path);
+  try {
+    return open_external_on(fd, "external environment at " + socket_path, task, image_size, max_steps, count, timeouts);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeouts,
+                               EngineRegistry* engines) {
+  return [external = std::move(external), timeouts, engines](const std::string& task, int image_size, int max_steps,
+                                                             int count, std::optional<uid_t> owner) {
     const auto colon = task.find(':');
+    if (colon == std::string::npos && engines) {
+      std::vector<std::unique_ptr<EnvSession>> placed;
+      for (int i = 0; i < count; ++i)
+        placed.push_back(std::make_unique<PlacedSession>(*engines, task, image_size, max_steps, owner));
+      return placed;
+    }
     if (colon == std::string::npos) return make_builtin_sessions(task, image_size, max_steps, count);
     auto it = external.find(task.substr(0, colon));
     if (it == external.end()) throw BadInput("no external environment named '" + task.substr(0, colon) + "'");

@@ -29,7 +29,17 @@ std::vector<std::unique_ptr<EnvSession>> open_external(const std::string& socket
                                                        int image_size, int max_steps, int count,
                                                        const ExternalTimeouts& timeouts);
 
-// Sessions for "<name>:<task>" from the named external environments, built-in tasks otherwise.
-SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeouts);
+// The same on a socket already connected to a simulator (a rollout engine's socket pair); `fd`
+// is the sessions' once this returns (closed with the last of them), the caller's if it throws.
+// `label` names the simulator in errors.
+std::vector<std::unique_ptr<EnvSession>> open_external_on(int fd, const std::string& label, const std::string& task,
+                                                          int image_size, int max_steps, int count,
+                                                          const ExternalTimeouts& timeouts);
+
+// Sessions for "<name>:<task>" from the named external environments, built-in tasks otherwise:
+// placed on rollout engines when `engines` is given (placed_session.hpp), in nexusd if not.
+class EngineRegistry;
+SessionFactory session_factory(std::map<std::string, std::string> external, ExternalTimeouts timeouts,
+                               EngineRegistry* engines = nullptr);
 
 }  // namespace nexus::env

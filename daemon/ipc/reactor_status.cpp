@@ -71,6 +71,11 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
                                                st.user_bounds.slots, u.checkpoints, st.user_bounds.checkpoints,
                                                u.checkpoint_bytes, st.user_bounds.checkpoint_bytes));
   const auto users_vector = fbb.CreateVector(user_usage);
+  std::vector<flatbuffers::Offset<wire::EngineInfo>> engines;
+  for (const auto& e : st.engines)
+    engines.push_back(wire::CreateEngineInfo(fbb, e.id, fbb.CreateString(e.name), e.uid, e.shared, e.capacity, e.sessions,
+                                             e.steps, e.draining, fbb.CreateVectorOfStrings(e.tasks)));
+  const auto engines_vector = fbb.CreateVector(engines);
   wire::StatusReplyBuilder r(fbb);
   r.add_daemon_version(version);
   r.add_protocol_version(schema::kProtocolVersion);
@@ -103,6 +108,7 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   r.add_health_restarts(st.health_restarts);
   r.add_health(hv);
   r.add_users(users_vector);
+  r.add_engines(engines_vector);
   send_control(c, finish_control(fbb, wire::ControlBody::StatusReply, r.Finish().Union()));
 }
 

@@ -56,7 +56,7 @@ Bytes step(EnvService& envs, const ServiceRequest& w, const wire::EnvStepRequest
   flatbuffers::FlatBufferBuilder fbb(1024 + 64 * results.size());
   std::vector<float> reward;
   std::vector<std::uint8_t> done, success, failed, truncated;
-  std::vector<flatbuffers::Offset<flatbuffers::String>> instructions, errors;
+  std::vector<flatbuffers::Offset<flatbuffers::String>> instructions, errors, engines, interrupted;
   for (const auto& s : results) {
     reward.push_back(s.outcome.reward);
     done.push_back(s.outcome.done);
@@ -65,10 +65,13 @@ Bytes step(EnvService& envs, const ServiceRequest& w, const wire::EnvStepRequest
     truncated.push_back(s.outcome.truncated);
     instructions.push_back(fbb.CreateString(s.instruction));
     errors.push_back(fbb.CreateString(s.error));
+    engines.push_back(fbb.CreateString(s.engine));
+    interrupted.push_back(fbb.CreateString(s.interrupted));
   }
   auto body = wire::CreateEnvStepReply(fbb, fbb.CreateVector(reward), fbb.CreateVector(done), fbb.CreateVector(success),
                                        fbb.CreateVector(instructions), fbb.CreateVector(errors), fbb.CreateVector(failed),
-                                       fbb.CreateVector(truncated));
+                                       fbb.CreateVector(truncated), fbb.CreateVector(engines),
+                                       fbb.CreateVector(interrupted));
   return finish(fbb, w.request_id, wire::Body::EnvStepReply, body.Union());
 }
 

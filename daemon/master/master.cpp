@@ -2,6 +2,8 @@
 // onto the tenant's lane.
 #include "daemon/master/master.hpp"
 
+#include <unistd.h>
+
 #include <mutex>
 #include <system_error>
 
@@ -18,7 +20,12 @@ Master::Impl::Impl(const MasterConfig& c, Completion done)
       complete(std::move(done)),
       accounting(std::make_shared<metrics::Accounting>()),
       model(c.model, accounting, &health),
-      envs(c.env, env::session_factory(c.external_envs, c.external_timeouts), accounting.get(), &health),
+      engines(c.rollout_listener >= 0 ? std::make_unique<env::EngineRegistry>(c.rollout_listener, c.engines, ::geteuid())
+                                      : nullptr),
+      autoscaler(engines ? std::make_unique<env::RolloutAutoscaler>(*engines, c.autoscale, c.autoscale_spawn,
+                                                                    c.rollout_socket)
+                         : nullptr),
+      envs(c.env, env::session_factory(c.external_envs, c.external_timeouts, engines.get()), accounting.get(), &health),
       datasets(c.datasets),
       jobs(model, envs, datasets, c.jobs, &health) {
   accounting->record_timeline(c.record_timeline);
@@ -132,11 +139,17 @@ std::vector<std::uint8_t> Master::Impl::rl_status(const ServiceRequest& r, bool 
   const std::string state = job->state == "finished" ? "done" : job->state == "cancelled" ? "stopped" : job->state;
   flatbuffers::FlatBufferBuilder fbb(256);
   const auto& rl = job->rl;
+  std::vector<std::string> engines;
+  std::vector<std::uint64_t> engine_steps;
+  for (const auto& [name, steps] : rl.engine_steps) engines.push_back(name), engine_steps.push_back(steps);
+  const auto engines_vector = fbb.CreateVectorOfStrings(engines);
+  const auto steps_vector = fbb.CreateVector(engine_steps);
   auto body = wire::CreateRlStatusReply(fbb, fbb.CreateString(state), fbb.CreateString(job->error),
                                         static_cast<std::int32_t>(job->done), job->version, rl.first_version,
                                         rl.env_steps, rl.episodes, job->success_rate, job->mean_return, job->loss,
                                         rl.value_loss, rl.entropy, rl.records_dropped, rl.records_downweighted,
-                                        job->seconds, rl.demo_loss, rl.records_behind);
+                                        job->seconds, rl.demo_loss, rl.records_behind, engines_vector, steps_vector,
+                                        rl.interrupted_episodes);
   return finish_reply(fbb, r.request_id, wire::Body::RlStatusReply, body.Union());
 }
 
@@ -163,6 +176,7 @@ std::vector<std::uint8_t> Master::Impl::job_status(const ServiceRequest& r, cons
 
 void Master::tenant_attached(const std::string& tenant, uid_t uid) {
   impl_->model.tenant_attached(tenant, uid);
+  impl_->envs.tenant_attached(tenant, uid);
   impl_->jobs.tenant_attached(tenant);
 }
 
@@ -200,6 +214,9 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   s.longest_training_turn_s = m.longest_training_turn_s;
   s.longest_shared_training_turn_s = m.longest_shared_training_turn_s;
   s.env_sessions = impl_->envs.sessions();
+  if (impl_->engines)
+    for (const auto& e : impl_->engines->engines())
+      s.engines.push_back({e.id, e.name, e.uid, e.shared, e.draining, e.capacity, e.sessions, e.steps, e.tasks});
   s.dataset_bytes = impl_->datasets.bytes();
   s.usage = impl_->accounting->snapshot(usage_since_s);
   for (const auto& [name, p] : impl_->config.model.tenants) s.weights[name] = p.weight;

@@ -18,8 +18,10 @@
 #include <vector>
 
 #include "daemon/env/dataset_store.hpp"
+#include "daemon/env/engine_registry.hpp"
 #include "daemon/env/env_service.hpp"
 #include "daemon/env/external_session.hpp"
+#include "daemon/env/rollout_autoscaler.hpp"
 #include "daemon/ipc/service_port.hpp"
 #include "daemon/master/jobs.hpp"
 #include "daemon/model/model_service.hpp"
@@ -31,6 +33,11 @@ struct MasterConfig {
   env::EnvLimits env;
   std::map<std::string, std::string> external_envs;  // name -> socket of its simulator process
   env::ExternalTimeouts external_timeouts;
+  int rollout_listener = -1;  // where rollout engines attach (owned by the Master; -1: none)
+  std::string rollout_socket;  // its path, for the autoscaler's spawn command
+  env::EngineLimits engines;
+  env::AutoscalePolicy autoscale;            // max_engines 0: off
+  std::vector<std::string> autoscale_spawn;  // argv that starts one engine
   env::DatasetLimits datasets;
   JobLimits jobs;
   std::uint64_t request_bytes_per_tenant = 64ull << 20;  // queued requests' memory, per tenant

@@ -35,6 +35,8 @@ struct Master::Impl {
   std::mutex memory_mu;
   std::map<std::uint64_t, std::pair<std::string, std::uint64_t>> memory;  // GUARDED_BY(memory_mu): session -> tenant, bytes
   model::ModelService model;
+  std::unique_ptr<env::EngineRegistry> engines;  // before envs: sessions on engines go first
+  std::unique_ptr<env::RolloutAutoscaler> autoscaler;
   env::EnvService envs;
   env::DatasetStore datasets;
   JobRegistry jobs;

@@ -27,6 +27,8 @@ struct JobInfo {
     std::uint64_t first_version = 0, env_steps = 0, episodes = 0, records_dropped = 0, records_downweighted = 0;
     double value_loss = 0, entropy = 0, demo_loss = 0;
     std::uint64_t records_behind = 0;
+    std::map<std::string, std::uint64_t> engine_steps;  // per rollout engine ("": nexusd)
+    std::uint64_t interrupted_episodes = 0;             // cut short by a lost engine
   } rl;
 };
 
@@ -55,6 +57,16 @@ struct FeatureCacheStatus {
   std::uint64_t entries = 0, bytes = 0, disk_entries = 0, disk_bytes = 0, bound_bytes = 0;
 };
 
+struct EngineStatus {  // a rollout engine attached now (env::EngineView, without env's types)
+  std::uint64_t id = 0;
+  std::string name;
+  std::uint32_t uid = 0;
+  bool shared = false, draining = false;
+  int capacity = 0, sessions = 0;
+  std::uint64_t steps = 0;
+  std::vector<std::string> tasks;
+};
+
 struct ServiceStatus {
   std::string backbone;                  // empty without a model service
   std::vector<ReplicaStatus> replicas;   // one per model.devices entry
@@ -72,6 +84,7 @@ struct ServiceStatus {
   std::vector<std::string> health;    // those roles: "name: N restart(s), last: reason"
   std::vector<UserStatus> users;      // slots and checkpoints per Unix user (names: the reactor adds them)
   UserBounds user_bounds;
+  std::vector<EngineStatus> engines;
 };
 
 }  // namespace nexus::daemon

@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -98,6 +99,10 @@ struct RlProgress {
   // Records an older version than the latest had acted on (some of) when their update began: 0
   // in a synchronous job.
   std::uint64_t records_behind = 0;
+  // Where its steps ran: steps per rollout engine ("": nexusd itself), and episodes cut short
+  // because their engine was lost (counted among the truncated).
+  std::map<std::string, std::uint64_t> engine_steps;
+  std::uint64_t interrupted_episodes = 0;
   double seconds = 0;
 };
 

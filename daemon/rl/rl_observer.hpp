@@ -49,6 +49,13 @@ struct RlJob::Observer {
     if (job.rollout_role_) job.rollout_role_->beat();
     for (std::size_t i = 0; i < out.size(); ++i)
       if (!out[i].error.empty()) throw std::runtime_error("environment: " + out[i].error);
+    if (seeds.empty()) {  // where the steps ran, for the job's status
+      std::lock_guard lk(job.mu_);
+      for (const auto& r : out) {
+        ++job.progress_.engine_steps[r.engine];
+        job.progress_.interrupted_episodes += !r.interrupted.empty();
+      }
+    }
     auto index = torch::tensor(rows, torch::kLong);
     images.index_copy_(0, index, img);
     state.index_copy_(0, index, st);

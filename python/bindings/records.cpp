@@ -92,7 +92,8 @@ void bind_env_records(py::module_& m) {
       .field("reward", &EnvStepResult::reward).field("done", &EnvStepResult::done)
       .field("success", &EnvStepResult::success).field("failed", &EnvStepResult::failed)
       .field("truncated", &EnvStepResult::truncated)
-      .field("instructions", &EnvStepResult::instructions).field("errors", &EnvStepResult::errors);
+      .field("instructions", &EnvStepResult::instructions).field("errors", &EnvStepResult::errors)
+      .field("engines", &EnvStepResult::engines).field("interrupted", &EnvStepResult::interrupted);
   Record<DatasetInfo>(m, "DatasetInfo", "A demonstration file as nexusd loaded it.")
       .field("episodes", &DatasetInfo::episodes).field("train_episodes", &DatasetInfo::train_episodes)
       .field("valid_episodes", &DatasetInfo::valid_episodes).field("samples", &DatasetInfo::samples)
@@ -121,7 +122,8 @@ void bind_env_records(py::module_& m) {
       .field("policy_loss", &RlStatus::policy_loss).field("value_loss", &RlStatus::value_loss)
       .field("entropy", &RlStatus::entropy).field("records_dropped", &RlStatus::records_dropped)
       .field("records_downweighted", &RlStatus::records_downweighted).field("seconds", &RlStatus::seconds)
-      .field("demo_loss", &RlStatus::demo_loss).field("records_behind", &RlStatus::records_behind);
+      .field("demo_loss", &RlStatus::demo_loss).field("records_behind", &RlStatus::records_behind)
+      .field("engine_steps", &RlStatus::engine_steps).field("interrupted_episodes", &RlStatus::interrupted_episodes);
   Record<JobSpec>(m, "JobSpec", "A job the daemon runs for you: sft on a loaded dataset, or eval of a version.")
       .field("kind", &JobSpec::kind).field("dataset", &JobSpec::dataset).field("steps", &JobSpec::steps)
       .field("batch", &JobSpec::batch).field("chunk", &JobSpec::chunk).field("task", &JobSpec::task)

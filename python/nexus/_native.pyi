@@ -76,6 +76,8 @@ class EnvStepResult:
     truncated: list[bool]  # done by the episode limit: bootstrap from the state's value
     instructions: list[str]
     errors: list[str]
+    engines: list[str]      # the rollout engine that served it ("": nexusd itself)
+    interrupted: list[str]  # set: its engine was lost, the episode truncated; reset to go on
 
 class DatasetInfo:
     episodes: int
@@ -137,6 +139,8 @@ class RlStatus:
     seconds: float
     demo_loss: float
     records_behind: int  # records an older version had acted on (0 when synchronous)
+    engine_steps: dict[str, int]  # steps per rollout engine ("": nexusd itself)
+    interrupted_episodes: int     # cut short because their engine was lost
 
 class JobSpec:
     kind: str

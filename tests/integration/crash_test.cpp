@@ -41,7 +41,8 @@ TEST_CASE("tenants SIGKILLed mid-step and mid-rollout leave nothing behind and c
   TempDir dir;
   auto run = [&](bool with_kills) {
     Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn"});
-    REQUIRE(eventually([&] { return count_fds(daemon.pid(), "socket:") == 1; }));
+    // The control socket's listener and the rollout engines' (nothing else before a tenant comes).
+    REQUIRE(eventually([&] { return count_fds(daemon.pid(), "socket:") == 2; }));
     const auto fds0 = count_fds(daemon.pid()), maps0 = count_mappings(daemon.pid(), "memfd:nexus-tenant");
     const auto epoll0 = count_epoll_registrations(daemon.pid());
     const pid_t a = spawn(honest_argv(daemon, "alice", 1), {.stdout_path = dir.path + "/alice.json"});

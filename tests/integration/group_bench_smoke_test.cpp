@@ -40,13 +40,14 @@ TEST_CASE("nexus-bench group --json ends with its figures (medians, spreads, rep
 TEST_CASE("nexus-bench env --json ends with its figures", "[integration][model][bench][sim]") {
   TempDir out;
   const pid_t b = spawn({NEXUS_TEST_BENCH, "env", "--tenants", "1,2", "--sessions", "2", "--steps", "3", "--sim-steps",
-                         "50", "--rl-iterations", "1", "--json"},
+                         "50", "--rl-iterations", "1", "--engine-sessions", "4", "--engine-steps", "3", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
   INFO(read_file(out.path + "/err"));
   REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"reach_steps_per_s_per_core", "push_steps_per_s_per_core", "rollout_speedup_1",
-                          "rollout_speedup_2", "rl_job_speedup_1", "rl_job_speedup_2"}) {
+                          "rollout_speedup_2", "rl_job_speedup_1", "rl_job_speedup_2", "engines_two_vs_one_reach",
+                          "engines_one_vs_pool_push"}) {
     INFO(key);
     REQUIRE(j.contains(key));
     CHECK(j[key].get<double>() > 0);

@@ -71,7 +71,7 @@ TEST_CASE("the Environment Service caps sessions per tenant and in all", "[unit]
 }
 
 TEST_CASE("a session that throws is failed for good and alone, and the tenant opens a new one", "[unit][env]") {
-  EnvService envs({.workers = 1}, [](const std::string& task, int size, int max_steps, int count) {
+  EnvService envs({.workers = 1}, [](const std::string& task, int size, int max_steps, int count, std::optional<uid_t>) {
     auto made = make_builtin_sessions(task == "flaky" ? "reach" : task, size, max_steps, count);
     if (task == "flaky")
       for (auto& s : made) s = std::make_unique<FaultAfter>(std::move(s), 2);

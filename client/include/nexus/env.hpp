@@ -10,6 +10,7 @@
 //   while (client->rl_status().state == "running") ...              // the daemon drives it
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,11 +24,13 @@ struct EnvSessions {
 // Per session. error non-empty: no new observation for it; failed: the session broke (not your
 // input) and stays broken: close it and open another. done: the episode ended, either by the
 // task (terminated: done and not truncated) or by its limit (truncated: the state is not
-// terminal, so a learner bootstraps from its value).
+// terminal, so a learner bootstraps from its value). engines: the rollout engine that served
+// the session ("": nexusd itself). interrupted non-empty: the session's engine was lost, so its
+// episode was truncated there (the last observation repeats); reset it and it goes on elsewhere.
 struct EnvStepResult {
   std::vector<float> reward;
   std::vector<bool> done, success, failed, truncated;
-  std::vector<std::string> instructions, errors;
+  std::vector<std::string> instructions, errors, engines, interrupted;
 };
 
 // A demonstration file (robomimic/LIBERO HDF5) loaded into nexusd, which samples SFT batches
@@ -90,6 +93,10 @@ struct RlStatus {
   std::uint64_t records_dropped = 0, records_downweighted = 0;
   double demo_loss = 0;  // the behaviour-cloning term's last value (0 without one)
   std::uint64_t records_behind = 0;  // records an older version had acted on (0 when synchronous)
+  // Where its steps ran: per rollout engine ("": nexusd itself), and episodes cut short because
+  // their engine was lost (the job went on; those episodes count as truncated).
+  std::map<std::string, std::uint64_t> engine_steps;
+  std::uint64_t interrupted_episodes = 0;
   double seconds = 0;
 };
 

@@ -48,6 +48,18 @@ struct UserUsage {
   std::uint64_t checkpoint_bytes = 0, checkpoint_bytes_max = 0;
 };
 
+// A rollout engine (nexus-rollout) attached to nexusd.
+struct EngineStatus {
+  std::uint64_t id = 0;
+  std::string name;
+  std::uint32_t uid = 0;
+  bool shared = false;    // serves every tenant; otherwise only its own user's tenants
+  bool draining = false;  // takes no new sessions; leaves once its sessions moved off
+  std::int32_t capacity = 0, sessions = 0;
+  std::uint64_t steps = 0;
+  std::vector<std::string> tasks;
+};
+
 struct DaemonStatus {
   std::string daemon_version;
   std::uint32_t protocol_version = 0;
@@ -58,6 +70,7 @@ struct DaemonStatus {
   std::uint64_t tensor_bytes_copied = 0;
   std::string backbone;
   std::vector<ReplicaStatus> replicas;  // one per device the backbone is resident on
+  std::vector<EngineStatus> engines;    // rollout engines attached now
   std::uint64_t model_groups = 0;
   std::uint64_t model_requests = 0;
   std::uint64_t model_samples = 0;

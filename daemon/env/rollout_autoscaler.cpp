@@ -1,0 +1,135 @@
+#include "daemon/env/rollout_autoscaler.hpp"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+
+#include "daemon/env/engine_registry.hpp"
+#include "daemon/log/log_text.hpp"
+
+extern char** environ;
+
+namespace nexus::env {
+
+AutoscaleDecision decide_scale(const AutoscalePolicy& p, const AutoscaleView& v) {
+  AutoscaleDecision d;
+  if (p.max_engines <= 0) return d;
+  int live = v.starting;
+  for (const auto& e : v.engines) live += !e.draining;
+  if (live < p.min_engines) {
+    d.start = p.min_engines - live;
+    d.reason = std::to_string(live) + " engine(s), the minimum is " + std::to_string(p.min_engines);
+    return d;
+  }
+  if (v.now - v.last_action < p.cooldown) return d;
+  if (v.waiting_sessions > 0 && live < p.max_engines) {
+    const int wanted = (v.waiting_sessions + p.sessions_per_engine - 1) / p.sessions_per_engine;
+    d.start = std::min(p.max_engines - live, wanted);
+    d.reason = std::to_string(v.waiting_sessions) + " session(s) run in nexusd for want of room on an engine";
+    return d;
+  }
+  if (v.waiting_sessions > 0 || live <= p.min_engines) return d;
+  // Idle: the autoscaler's own engine that has stepped nothing for longest, one per decision.
+  const AutoscaleView::Engine* idlest = nullptr;
+  for (const auto& e : v.engines)
+    if (e.own && !e.draining && e.sessions == 0 && v.now - e.last_busy >= p.idle_after &&
+        (!idlest || e.last_busy < idlest->last_busy))
+      idlest = &e;
+  if (idlest) {
+    d.drain.push_back(idlest->id);
+    d.reason = "engine " + std::to_string(idlest->id) + " idle for " +
+               std::to_string(std::chrono::duration_cast<std::chrono::seconds>(v.now - idlest->last_busy).count()) + " s";
+  }
+  return d;
+}
+
+RolloutAutoscaler::RolloutAutoscaler(EngineRegistry& engines, AutoscalePolicy policy, std::vector<std::string> spawn,
+                                     std::string socket)
+    : engines_(engines), policy_(policy), spawn_(std::move(spawn)), socket_(std::move(socket)) {
+  if (policy_.max_engines > 0 && !spawn_.empty()) thread_ = std::thread([this] { run(); });
+}
+
+RolloutAutoscaler::~RolloutAutoscaler() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Engines it started as its children drain (SIGTERM) on their own time; nexusd does not wait.
+  for (const auto& [pid, since] : children_) ::kill(pid, SIGTERM);
+}
+
+RolloutAutoscaler::Log RolloutAutoscaler::log() const {
+  std::lock_guard lk(mu_);
+  return log_;
+}
+
+void RolloutAutoscaler::start_one() {
+  const std::string n = std::to_string(next_n_++);
+  std::vector<std::string> argv;
+  for (auto a : spawn_) {
+    a = std::regex_replace(a, std::regex("\\{socket\\}"), socket_);
+    argv.push_back(std::regex_replace(a, std::regex("\\{n\\}"), n));
+  }
+  std::vector<char*> args;
+  for (auto& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
+  pid_t pid = -1;
+  const int rc = ::posix_spawnp(&pid, args[0], nullptr, nullptr, args.data(), environ);
+  if (rc != 0) {
+    daemon::log_text(daemon::LogLevel::Warn, "rollout_autoscale_spawn_failed",
+                     "command=" + argv[0] + " reason=\"" + std::strerror(rc) + "\"");
+    return;
+  }
+  children_.emplace_back(pid, AutoscaleView::Clock::now());
+}
+
+void RolloutAutoscaler::run() {
+  AutoscaleView::Clock::time_point last_action{};
+  std::vector<std::pair<std::string, AutoscaleView::Clock::time_point>> starting;  // auto-N names not attached yet
+  for (;;) {
+    {
+      std::unique_lock lk(mu_);
+      if (cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_; })) return;
+    }
+    for (auto it = children_.begin(); it != children_.end();) {  // reap what exited
+      int status = 0;
+      it = ::waitpid(it->first, &status, WNOHANG) == it->first ? children_.erase(it) : std::next(it);
+    }
+    AutoscaleView v;
+    v.now = AutoscaleView::Clock::now();
+    v.last_action = last_action;
+    std::vector<std::string> names;
+    for (const auto& e : engines_.engines()) {
+      v.engines.push_back({e.id, e.name.rfind("auto-", 0) == 0, e.draining, e.sessions, e.last_busy});
+      names.push_back(e.name);
+    }
+    std::erase_if(starting, [&](const auto& s) {
+      return std::find(names.begin(), names.end(), s.first) != names.end() || v.now - s.second > policy_.start_grace;
+    });
+    v.starting = static_cast<int>(starting.size());
+    v.waiting_sessions = engines_.sessions_in_nexusd();
+    const auto d = decide_scale(policy_, v);
+    if (d.reason.empty()) continue;
+    for (int k = 0; k < d.start; ++k) {
+      starting.emplace_back("auto-" + std::to_string(next_n_), v.now);
+      start_one();
+    }
+    for (auto id : d.drain) engines_.drain(id);
+    last_action = v.now;
+    daemon::log_text(daemon::LogLevel::Info, "rollout_autoscale",
+                     "start=" + std::to_string(d.start) + " drain=" + std::to_string(d.drain.size()) + " reason=\"" +
+                         d.reason + "\"");
+    std::lock_guard lk(mu_);
+    log_.starts += static_cast<std::uint64_t>(d.start);
+    log_.drains += d.drain.size();
+    log_.last = d.reason;
+  }
+}
+
+}  // namespace nexus::env
