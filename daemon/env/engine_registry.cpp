@@ -46,7 +46,16 @@ void EngineRegistry::Session::reset(std::uint64_t seed) {
 }
 
 StepOutcome EngineRegistry::Session::step(std::span<const float> action) {
-  auto r = guarded([&] { return inner_->step(action); });
+  if (!begin_step(action)) throw std::logic_error("an engine's session steps in halves");
+  return collect_step();
+}
+
+bool EngineRegistry::Session::begin_step(std::span<const float> action) {
+  return guarded([&] { return inner_->begin_step(action); });
+}
+
+StepOutcome EngineRegistry::Session::collect_step() {
+  auto r = guarded([&] { return inner_->collect_step(); });
   ++engine_->steps;
   engine_->last_busy_ns = std::chrono::steady_clock::now().time_since_epoch().count();
   return r;

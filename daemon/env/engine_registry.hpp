@@ -62,6 +62,8 @@ class EngineRegistry {
     const SessionSpec& spec() const override { return inner_->spec(); }
     void reset(std::uint64_t seed) override;
     StepOutcome step(std::span<const float> action) override;  // EngineLost when the engine fails
+    bool begin_step(std::span<const float> action) override;
+    StepOutcome collect_step() override;
     void observe(std::uint8_t* rgb, float* state) override { inner_->observe(rgb, state); }
     std::string instruction() const override { return inner_->instruction(); }
     std::string placement() const override;

@@ -197,9 +197,15 @@ std::vector<SessionResult> EnvService::run(const std::string& tenant, std::span<
     if (fresh) items.emplace_back();
     items[it->second].push_back(i);
   }
+  // Steps of sessions in other processes (rollout engines) are all sent first, so those
+  // processes work at once, then collected after the pool ran the rest.
+  std::vector<char> done(sessions.size(), 0);
+  auto begun = resetting ? std::vector<std::pair<std::size_t, std::unique_lock<std::mutex>>>{}
+                         : begin_steps(call, items, done);
   pool_.parallel_for(items.size(), [&](std::size_t k) {
     if (sessions[items[k].front()]->env->batch()) return run_batch(call, items[k]);
     const std::size_t i = items[k].front();
+    if (done[i]) return;
     Session& s = *sessions[i];
     std::lock_guard lk(s.mu);
     if (!call.may_run(i)) return;
@@ -217,7 +223,47 @@ std::vector<SessionResult> EnvService::run(const std::string& tenant, std::span<
       call.fail(i, e.what());
     }
   });
+  for (auto& [i, held] : begun) {
+    try {
+      results[i].outcome = sessions[i]->env->collect_step();
+      call.observe(i);
+    } catch (const BadInput& e) {
+      results[i].error = e.what();
+    } catch (const std::exception& e) {
+      call.fail(i, e.what());
+    }
+  }
   return results;
+}
+
+std::vector<std::pair<std::size_t, std::unique_lock<std::mutex>>> EnvService::begin_steps(
+    const Call& call, const std::vector<std::vector<std::size_t>>& items, std::vector<char>& done) const {
+  // Locked in address order (as run_batch), held until collected: two calls never wait on each
+  // other, since a call's pool phase holds one session at a time.
+  std::vector<std::size_t> order;
+  for (const auto& item : items)
+    if (!call.sessions[item.front()]->env->batch()) order.push_back(item.front());
+  std::sort(order.begin(), order.end(), [&](auto a, auto b) { return call.sessions[a].get() < call.sessions[b].get(); });
+  std::vector<std::pair<std::size_t, std::unique_lock<std::mutex>>> begun;
+  for (auto i : order) {
+    Session& s = *call.sessions[i];
+    std::unique_lock lk(s.mu);
+    try {
+      if (!call.may_run(i)) {
+        done[i] = 1;
+      } else if (s.env->begin_step(call.action(i))) {
+        done[i] = 1;
+        begun.emplace_back(i, std::move(lk));
+      }
+    } catch (const BadInput& e) {
+      call.results[i].error = e.what();
+      done[i] = 1;
+    } catch (const std::exception& e) {
+      call.fail(i, e.what());
+      done[i] = 1;
+    }
+  }
+  return begun;
 }
 
 void EnvService::run_batch(const Call& call, const std::vector<std::size_t>& at) const {

@@ -111,6 +111,10 @@ class EnvService {
   // The members of one call that share a batch (`at`: their places in the call), in one exchange.
   struct Call;
   void run_batch(const Call& call, const std::vector<std::size_t>& at) const;
+  // Sends the steps of the call's sessions that step in halves (EnvSession::begin_step); marks
+  // every session it dealt with in `done`; returns those begun, each with its lock held.
+  std::vector<std::pair<std::size_t, std::unique_lock<std::mutex>>> begin_steps(
+      const Call& call, const std::vector<std::vector<std::size_t>>& items, std::vector<char>& done) const;
 
   const EnvLimits limits_;
   SessionFactory factory_;

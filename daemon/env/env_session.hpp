@@ -68,6 +68,12 @@ class EnvSession {
   // The current observation: rgb gets image_size^2 * 3 bytes, state gets state_dim floats.
   virtual void observe(std::uint8_t* rgb, float* state) = 0;
   virtual std::string instruction() const = 0;
+  // A session served by another process may step in two halves, so that one call's exchanges
+  // with several processes overlap: begin_step() sends the step (false: this session cannot,
+  // use step()), collect_step() waits for it and returns or throws as step() would. The caller
+  // holds the session between them.
+  virtual bool begin_step(std::span<const float> action) { return false; }
+  virtual StepOutcome collect_step() { throw std::logic_error("no step was begun"); }
   // Where it runs: a rollout engine's name, or "" for nexusd itself.
   virtual std::string placement() const { return {}; }
   // Why the last step was cut short (its engine was lost), once; "" when it was not.

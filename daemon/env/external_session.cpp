@@ -70,7 +70,27 @@ class SimulatorConnection final : public SessionBatch {
   std::vector<Member> run(std::span<const int> indices, std::span<const std::uint64_t> seeds,
                           std::span<const float> actions) override {
     std::lock_guard lk(mu_);
+    send(indices, seeds, actions);
+    return answers();
+  }
+
+  // The same exchange in two halves, so that one call's exchanges with several processes
+  // overlap. Only for a connection of one session (a rollout engine's), whose lock the caller
+  // holds from begin() to collect(): nothing else is sent on it between them.
+  void begin(std::span<const int> indices, std::span<const std::uint64_t> seeds, std::span<const float> actions) {
+    std::lock_guard lk(mu_);
+    send(indices, seeds, actions);
+  }
+  std::vector<Member> collect() {
+    std::lock_guard lk(mu_);
+    return answers();
+  }
+
+ private:
+  // Both with mu_ held. A failure leaves the connection broken for good.
+  void send(std::span<const int> indices, std::span<const std::uint64_t> seeds, std::span<const float> actions) {
     if (!broken_.empty()) throw std::runtime_error(broken_);
+    if (!pending_.empty()) throw std::logic_error("an exchange is already in flight on this connection");
     try {
       std::vector<std::uint32_t> named(indices.begin(), indices.end());
       flatbuffers::FlatBufferBuilder fbb(256 + actions.size() * sizeof(float));
@@ -84,6 +104,18 @@ class SimulatorConnection final : public SessionBatch {
                                  wire::CreateExtReset(fbb, sessions, fbb.CreateVector(seeds.data(), seeds.size())).Union(),
                                  ++sent_);
       if (!ok) gone("the connection closed");
+      pending_.assign(indices.begin(), indices.end());
+    } catch (const std::runtime_error& e) {
+      broken_ = e.what();
+      throw;
+    }
+  }
+  std::vector<Member> answers() {
+    if (!broken_.empty()) throw std::runtime_error(broken_);
+    const std::vector<int> indices = std::move(pending_);
+    pending_.clear();
+    if (indices.empty()) throw std::logic_error("no exchange is in flight on this connection");
+    try {
       const auto* m = receive();
       if (m->body_type() != wire::ExtBody::ExtObservations) gone("expected ExtObservations");
       const auto* list = m->body_as_ExtObservations()->observations();
@@ -100,6 +132,7 @@ class SimulatorConnection final : public SessionBatch {
     }
   }
 
+ public:
   // Reads member `index`'s last observation. The caller holds that session's lock, so no
   // exchange that names it runs meanwhile (others write other members only).
   void observe(int index, std::uint8_t* rgb, float* state) const {
@@ -158,6 +191,7 @@ class SimulatorConnection final : public SessionBatch {
   std::mutex mu_;
   std::uint64_t sent_ = 0;  // GUARDED_BY(mu_): the id of the last request, which its reply carries
   std::string broken_;      // GUARDED_BY(mu_): set once the connection failed
+  std::vector<int> pending_;  // GUARDED_BY(mu_): the members a sent request named, until answered
   SessionSpec spec_;
   std::vector<std::uint8_t> buffer_;  // GUARDED_BY(mu_)
   std::vector<Observed> members_;     // one per session; see observe()
@@ -180,15 +214,26 @@ class ExternalSession final : public EnvSession {
   }
   void observe(std::uint8_t* rgb, float* state) override { connection_->observe(index_, rgb, state); }
   std::string instruction() const override { return connection_->instruction(index_); }
+  // In halves: only where this session has its connection to itself (a rollout engine's).
+  bool begin_step(std::span<const float> action) override {
+    if (action.size() != static_cast<std::size_t>(spec().action_dim))
+      throw BadInput("actions must have " + std::to_string(spec().action_dim) + " values");
+    const int index = index_;
+    connection_->begin({&index, 1}, {}, action);
+    return true;
+  }
+  StepOutcome collect_step() override { return outcome(connection_->collect().front()); }
 
  private:
-  // This session's exchange on its own (the Environment Service batches through batch()).
-  StepOutcome alone(std::span<const std::uint64_t> seed, std::span<const float> action) {
-    const int index = index_;
-    const auto r = connection_->run({&index, 1}, seed, action).front();
+  static StepOutcome outcome(const SessionBatch::Member& r) {
     if (!r.refused.empty()) throw BadInput(r.refused);
     if (!r.broke.empty()) throw std::runtime_error(r.broke);
     return r.outcome;
+  }
+  // This session's exchange on its own (the Environment Service batches through batch()).
+  StepOutcome alone(std::span<const std::uint64_t> seed, std::span<const float> action) {
+    const int index = index_;
+    return outcome(connection_->run({&index, 1}, seed, action).front());
   }
 
   std::shared_ptr<SimulatorConnection> connection_;

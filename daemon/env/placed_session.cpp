@@ -67,6 +67,32 @@ StepOutcome PlacedSession::step(std::span<const float> action) {
   }
 }
 
+bool PlacedSession::begin_step(std::span<const float> action) {
+  if (lost_ || !on_engine_) return false;  // step() refuses, or runs it here
+  try {
+    return on_engine_->begin_step(action);
+  } catch (const EngineLost& e) {
+    lost_in_flight_ = true;
+    interruption_ = e.what();
+    return true;
+  }
+}
+
+StepOutcome PlacedSession::collect_step() {
+  const StepOutcome cut{.reward = 0, .done = true, .success = false, .truncated = true};
+  if (std::exchange(lost_in_flight_, false)) {
+    lost_ = true;
+    return cut;
+  }
+  try {
+    return on_engine_->collect_step();
+  } catch (const EngineLost& e) {
+    lost_ = true;
+    interruption_ = e.what();
+    return cut;
+  }
+}
+
 void PlacedSession::observe(std::uint8_t* rgb, float* state) {
   if (!lost_) {
     current_->observe(last_image_.data(), last_state_.data());

@@ -27,6 +27,8 @@ class PlacedSession final : public EnvSession {
   const SessionSpec& spec() const override { return spec_; }
   void reset(std::uint64_t seed) override;
   StepOutcome step(std::span<const float> action) override;
+  bool begin_step(std::span<const float> action) override;  // on an engine only
+  StepOutcome collect_step() override;
   void observe(std::uint8_t* rgb, float* state) override;
   std::string instruction() const override { return instruction_; }
   std::string placement() const override { return on_engine_ ? on_engine_->placement() : std::string(); }
@@ -44,6 +46,7 @@ class PlacedSession final : public EnvSession {
   std::unique_ptr<EnvSession> current_;
   EngineRegistry::Session* on_engine_ = nullptr;  // current_, when it runs on an engine
   bool lost_ = false;                             // its engine was lost since the last reset
+  bool lost_in_flight_ = false;                   // lost at begin_step: collect_step says so
   std::string interruption_;
   std::string instruction_;
   std::vector<std::uint8_t> last_image_;  // the last observation, repeated when the engine is lost
