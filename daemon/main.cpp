@@ -49,6 +49,7 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.external_timeouts = {c.external_open_timeout, c.external_step_timeout};
   m.engines.max_engines = static_cast<int>(c.rollout_max_engines);
   m.engines.max_capacity = static_cast<int>(c.rollout_max_capacity);
+  m.engines.max_private_per_uid = static_cast<int>(c.rollout_max_engines_per_uid);
   m.engines.timeouts = m.external_timeouts;
   m.rollout_socket = nexus::daemon::rollout_socket_path(c);
   m.autoscale.min_engines = static_cast<int>(c.autoscale_min);

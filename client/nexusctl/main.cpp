@@ -37,6 +37,13 @@ int main(int argc, char** argv) {
   auto* metrics = app.add_subcommand("metrics", "the Prometheus text exposition of nexusd's metrics");
   auto* drain = app.add_subcommand(
       "drain", "stop nexusd cleanly (root or nexusd's user): every changed slot is checkpointed, then it exits");
+  std::string scale_what;
+  int scale_count = 0;
+  auto* scale = app.add_subcommand("scale", "how many rollout engines nexusd runs (root or nexusd's user)");
+  scale->add_option("what", scale_what, "rollout")->required()->check(CLI::IsMember({"rollout", "infer", "train"}));
+  scale->add_option("count", scale_count, "engines wanted: the least busy above it drain, nexusd starts its own below it")
+      ->required()
+      ->check(CLI::Range(0, 4096));
   auto* tenant = app.add_subcommand("tenant", "tenant names");
   tenant->require_subcommand(1);
   std::string release_name;
@@ -77,6 +84,11 @@ int main(int argc, char** argv) {
     if (drain->parsed()) {
       const auto tenants = nexus::drain_daemon(socket);
       std::printf("nexusd is draining (%u tenants attached): it checkpoints every changed slot, then exits\n", tenants);
+      return 0;
+    }
+    if (scale->parsed()) {
+      const auto r = nexus::scale_daemon(socket, scale_what, scale_count);
+      std::printf("%s: %d -> %d: %s\n", scale_what.c_str(), r.before, r.after, r.message.c_str());
       return 0;
     }
     if (release->parsed()) {

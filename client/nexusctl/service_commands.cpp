@@ -63,7 +63,7 @@ int status_command(const std::string& socket, bool json_out) {
               {"longest_shared_training_turn_s", s.longest_shared_training_turn_s},
               {"health_restarts", s.health_restarts}, {"health", s.health},
               {"services", services_json(s)}, {"tenants", json::array()}, {"replicas", json::array()},
-              {"engines", json::array()}};
+              {"engines", json::array()}, {"rollout_scaling", s.rollout_scaling}};
     for (const auto& e : s.engines)
       j["engines"].push_back({{"id", e.id}, {"name", e.name}, {"uid", e.uid}, {"shared", e.shared},
                               {"draining", e.draining}, {"capacity", e.capacity}, {"sessions", e.sessions},
@@ -100,6 +100,7 @@ int status_command(const std::string& socket, bool json_out) {
     std::printf("rollout engine %s (%llu, uid %u, %s): %d of %d sessions, %llu steps%s\n", e.name.c_str(),
                 static_cast<unsigned long long>(e.id), e.uid, e.shared ? "shared" : "its user's tenants only",
                 e.sessions, e.capacity, static_cast<unsigned long long>(e.steps), e.draining ? ", draining" : "");
+  if (!s.rollout_scaling.empty()) std::printf("rollout scaling: %s\n", s.rollout_scaling.c_str());
   std::printf("%zu tenant(s) attached\n", s.tenants.size());
   if (!s.tenants.empty()) {
     std::printf("  %-24s %7s %8s %8s %12s %10s %7s %9s\n", "TENANT", "UID", "PID", "SESSION", "SEGMENT", "REQUESTS",

@@ -87,7 +87,13 @@ void frame(const DaemonStatus& s, const Previous& prev, double interval_s) {
          100 * cpu(u), u.compute_s(), rate(u, &TenantUsage::steps), rate(u, &TenantUsage::env_steps),
          std::max(u.train_wait_p99_us, u.infer_wait_p99_us) / 1000);
   }
-  line("");
+  // Rollout engines, and the last decision to start or drain some (in the row that separates).
+  int engine_sessions = 0;
+  for (const auto& e : s.engines) engine_sessions += e.sessions;
+  if (s.engines.empty() && s.rollout_scaling.empty())
+    line("");
+  else
+    line("engines %zu (%d sessions)  %.50s", s.engines.size(), engine_sessions, s.rollout_scaling.c_str());
   line("%5s %-16s %-5s %-10s %15s %8s %8s", "JOB", "TENANT", "KIND", "STATE", "PROGRESS", "LOSS", "SUCCESS");
   std::vector<JobInfo> jobs = s.jobs;
   std::stable_sort(jobs.begin(), jobs.end(), [](const auto& a, const auto& b) {  // running first, newest first

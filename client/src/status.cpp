@@ -69,6 +69,7 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
         for (const auto* t : *e->tasks()) x.tasks.push_back(str(t));
       s.engines.push_back(std::move(x));
     }
+  s.rollout_scaling = str(r->rollout_scaling());
   s.model_groups = r->model_groups();
   s.model_requests = r->model_requests();
   s.model_samples = r->model_samples();
@@ -134,6 +135,18 @@ std::uint32_t drain_daemon(const std::string& socket_path, std::chrono::millisec
                                  wire::CreateDrainRequest(fbb, schema::kProtocolVersion).Union(),
                                  wire::ControlBody::DrainReply, frame);
   return msg->body_as_DrainReply()->tenants();
+}
+
+ScaleResult scale_daemon(const std::string& socket_path, const std::string& what, int count,
+                         std::chrono::milliseconds timeout) {
+  flatbuffers::FlatBufferBuilder fbb(128);
+  std::vector<std::uint8_t> frame;
+  const auto* msg = control_call(
+      socket_path, timeout, fbb, wire::ControlBody::ScaleRequest,
+      wire::CreateScaleRequest(fbb, schema::kProtocolVersion, fbb.CreateString(what), count).Union(),
+      wire::ControlBody::ScaleReply, frame);
+  const auto* r = msg->body_as_ScaleReply();
+  return {r->before(), r->after(), str(r->message())};
 }
 
 std::string cancel_job(const std::string& socket_path, std::uint64_t job, std::chrono::milliseconds timeout) {

@@ -206,6 +206,8 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   r.get("rollout", "socket", c.rollout_socket);
   c.rollout_max_engines = static_cast<std::uint32_t>(r.positive("rollout", "max_engines", c.rollout_max_engines));
   c.rollout_max_capacity = static_cast<std::uint32_t>(r.positive("rollout", "max_capacity", c.rollout_max_capacity));
+  c.rollout_max_engines_per_uid =
+      static_cast<std::uint32_t>(r.positive("rollout", "max_engines_per_uid", c.rollout_max_engines_per_uid));
   c.autoscale_min = static_cast<std::uint32_t>(r.non_negative("rollout", "autoscale_min", c.autoscale_min));
   c.autoscale_max = static_cast<std::uint32_t>(r.non_negative("rollout", "autoscale_max", c.autoscale_max));
   if (c.autoscale_max > 0 && c.autoscale_min > c.autoscale_max)

@@ -90,6 +90,7 @@ struct DaemonConfig {
   std::string rollout_socket;
   std::uint32_t rollout_max_engines = 16;
   std::uint32_t rollout_max_capacity = 256;  // sessions one engine may take
+  std::uint32_t rollout_max_engines_per_uid = 4;  // another user's own engines (half of max_engines in all)
   // Autoscaling (off while autoscale_max is 0): engines started with `spawn` (argv; "{socket}"
   // and "{n}" replaced; empty: nexus-rollout beside nexusd, named auto-{n}) while sessions run in
   // nexusd for want of room, drained when idle for autoscale_idle_s, between min and max.

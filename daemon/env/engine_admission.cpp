@@ -85,6 +85,14 @@ void EngineRegistry::admit(int fd) {
     std::lock_guard lk(mu_);
     if (refusal.empty() && static_cast<int>(engines_.size()) >= limits_.max_engines)
       refusal = "nexusd has its " + std::to_string(limits_.max_engines) + " engines ([rollout] max_engines)";
+    if (refusal.empty() && !engine->shared) {
+      const auto mine = std::count_if(engines_.begin(), engines_.end(), [&](const auto& e) { return e->uid == peer.uid; });
+      const auto private_ones = std::count_if(engines_.begin(), engines_.end(), [](const auto& e) { return !e->shared; });
+      if (mine >= limits_.max_private_per_uid)
+        refusal = "a user may attach " + std::to_string(limits_.max_private_per_uid) + " engines of their own";
+      else if (private_ones >= limits_.max_engines / 2)
+        refusal = "users' own engines may take half of nexusd's " + std::to_string(limits_.max_engines) + " at most";
+    }
     if (refusal.empty()) engine->id = next_id_++;
   }
   flatbuffers::FlatBufferBuilder fbb(256);
@@ -131,6 +139,7 @@ void EngineRegistry::serve() {
   struct Pending {
     int fd;
     Clock::time_point deadline;
+    uid_t uid;
   };
   std::vector<Pending> pending;
   for (;;) {
@@ -148,11 +157,16 @@ void EngineRegistry::serve() {
       for (int k = 0; k < 16; ++k) {
         const int fd = ::accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
         if (fd < 0) break;
-        if (pending.size() >= 64) {  // a crowd that says nothing: turned away, engines go on
+        ucred peer{};
+        socklen_t len = sizeof peer;
+        const bool known = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0;
+        const auto theirs = std::count_if(pending.begin(), pending.end(), [&](const auto& p) { return p.uid == peer.uid; });
+        // A crowd that says nothing is turned away (per user first), and engines that speak go on.
+        if (!known || pending.size() >= 64 || theirs >= limits_.max_pending_per_uid) {
           ::close(fd);
           continue;
         }
-        pending.push_back({fd, Clock::now() + limits_.hello_timeout});
+        pending.push_back({fd, Clock::now() + limits_.hello_timeout, peer.uid});
       }
     const auto now = Clock::now();
     for (std::size_t i = 0; i < pending.size();) {

@@ -134,6 +134,27 @@ std::vector<EngineView> EngineRegistry::engines() const {
   return out;
 }
 
+int EngineRegistry::live_engines() const {
+  std::lock_guard lk(mu_);
+  return static_cast<int>(std::count_if(engines_.begin(), engines_.end(), [](const auto& e) {
+    return !e->failed && !e->draining;
+  }));
+}
+
+int EngineRegistry::drain_least_busy(int n) {
+  std::vector<std::pair<int, std::uint64_t>> live;
+  {
+    std::lock_guard lk(mu_);
+    for (const auto& e : engines_)
+      if (!e->failed && !e->draining) live.emplace_back(e->sessions.load(), e->id);
+  }
+  std::sort(live.begin(), live.end());
+  int drained = 0;
+  for (const auto& [sessions, id] : live)
+    if (drained < n) drained += drain(id);
+  return drained;
+}
+
 bool EngineRegistry::drain(std::uint64_t id) {
   std::lock_guard lk(mu_);
   for (const auto& e : engines_)

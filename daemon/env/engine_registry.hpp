@@ -32,6 +32,10 @@ namespace nexus::env {
 
 struct EngineLimits {
   int max_engines = 16;          // attached at once
+  // Another user's (private) engines: at most this many per user, and together at most half of
+  // max_engines, so no user crowds out nexusd's own engines or another user's.
+  int max_private_per_uid = 4;
+  int max_pending_per_uid = 8;   // connections of one user that have not said their hello
   int max_capacity = 256;        // sessions one engine may take (its claim is cut to this)
   ExternalTimeouts timeouts;     // the open and each exchange, as for external environments
   std::chrono::milliseconds hello_timeout{5000};  // a connection that says nothing is closed
@@ -96,6 +100,9 @@ class EngineRegistry {
   // Marks an engine draining (the autoscaler's scale-down): nothing new goes to it, its sessions
   // move at their next reset, and it is released once none is left. False: no such engine.
   bool drain(std::uint64_t id);
+  // Drains up to `n` engines, those with the fewest sessions first; returns how many.
+  int drain_least_busy(int n);
+  int live_engines() const;  // attached, neither failed nor draining
 
   // Built-in sessions running in nexusd while engines are attached: what more engines would take
   // (PlacedSession keeps the count).

@@ -50,7 +50,7 @@ AutoscaleDecision decide_scale(const AutoscalePolicy& p, const AutoscaleView& v)
 RolloutAutoscaler::RolloutAutoscaler(EngineRegistry& engines, AutoscalePolicy policy, std::vector<std::string> spawn,
                                      std::string socket)
     : engines_(engines), policy_(policy), spawn_(std::move(spawn)), socket_(std::move(socket)) {
-  if (policy_.max_engines > 0 && !spawn_.empty()) thread_ = std::thread([this] { run(); });
+  if (can_start()) thread_ = std::thread([this] { run(); });  // decisions (when on), and reaping
 }
 
 RolloutAutoscaler::~RolloutAutoscaler() {
@@ -61,12 +61,29 @@ RolloutAutoscaler::~RolloutAutoscaler() {
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   // Engines it started as its children drain (SIGTERM) on their own time; nexusd does not wait.
-  for (const auto& [pid, since] : children_) ::kill(pid, SIGTERM);
+  for (pid_t pid : children_) ::kill(pid, SIGTERM);
 }
 
 RolloutAutoscaler::Log RolloutAutoscaler::log() const {
   std::lock_guard lk(mu_);
   return log_;
+}
+
+int RolloutAutoscaler::starting() const {
+  std::lock_guard lk(mu_);
+  return static_cast<int>(starting_.size());
+}
+
+void RolloutAutoscaler::record(const std::string& decision) {
+  std::lock_guard lk(mu_);
+  log_.last = decision;
+}
+
+void RolloutAutoscaler::start(int n, const std::string& why) {
+  std::lock_guard lk(mu_);
+  for (int k = 0; k < n; ++k) start_one();
+  log_.starts += static_cast<std::uint64_t>(n);
+  log_.last = "start " + std::to_string(n) + ": " + why;
 }
 
 void RolloutAutoscaler::start_one() {
@@ -86,49 +103,47 @@ void RolloutAutoscaler::start_one() {
                      "command=" + argv[0] + " reason=\"" + std::strerror(rc) + "\"");
     return;
   }
-  children_.emplace_back(pid, AutoscaleView::Clock::now());
+  children_.push_back(pid);
+  starting_.emplace_back("auto-" + n, AutoscaleView::Clock::now());
+}
+
+void RolloutAutoscaler::forget_attached(AutoscaleView::Clock::time_point now) {
+  std::vector<std::string> names;
+  for (const auto& e : engines_.engines()) names.push_back(e.name);
+  std::erase_if(starting_, [&](const auto& s) {
+    return std::find(names.begin(), names.end(), s.first) != names.end() || now - s.second > policy_.start_grace;
+  });
 }
 
 void RolloutAutoscaler::run() {
   AutoscaleView::Clock::time_point last_action{};
-  std::vector<std::pair<std::string, AutoscaleView::Clock::time_point>> starting;  // auto-N names not attached yet
   for (;;) {
-    {
-      std::unique_lock lk(mu_);
-      if (cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_; })) return;
-    }
-    for (auto it = children_.begin(); it != children_.end();) {  // reap what exited
+    std::unique_lock lk(mu_);
+    if (cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stop_; })) return;
+    std::erase_if(children_, [](pid_t pid) {  // reap what exited
       int status = 0;
-      it = ::waitpid(it->first, &status, WNOHANG) == it->first ? children_.erase(it) : std::next(it);
-    }
+      return ::waitpid(pid, &status, WNOHANG) == pid;
+    });
     AutoscaleView v;
     v.now = AutoscaleView::Clock::now();
     v.last_action = last_action;
-    std::vector<std::string> names;
-    for (const auto& e : engines_.engines()) {
+    forget_attached(v.now);
+    for (const auto& e : engines_.engines())
       v.engines.push_back({e.id, e.name.rfind("auto-", 0) == 0, e.draining, e.sessions, e.last_busy});
-      names.push_back(e.name);
-    }
-    std::erase_if(starting, [&](const auto& s) {
-      return std::find(names.begin(), names.end(), s.first) != names.end() || v.now - s.second > policy_.start_grace;
-    });
-    v.starting = static_cast<int>(starting.size());
+    v.starting = static_cast<int>(starting_.size());
     v.waiting_sessions = engines_.sessions_in_nexusd();
     const auto d = decide_scale(policy_, v);
     if (d.reason.empty()) continue;
-    for (int k = 0; k < d.start; ++k) {
-      starting.emplace_back("auto-" + std::to_string(next_n_), v.now);
-      start_one();
-    }
+    for (int k = 0; k < d.start; ++k) start_one();
     for (auto id : d.drain) engines_.drain(id);
     last_action = v.now;
     daemon::log_text(daemon::LogLevel::Info, "rollout_autoscale",
                      "start=" + std::to_string(d.start) + " drain=" + std::to_string(d.drain.size()) + " reason=\"" +
                          d.reason + "\"");
-    std::lock_guard lk(mu_);
     log_.starts += static_cast<std::uint64_t>(d.start);
     log_.drains += d.drain.size();
-    log_.last = d.reason;
+    log_.last = (d.start ? "start " + std::to_string(d.start) : "drain engine " + std::to_string(d.drain.front())) +
+                ": " + d.reason;
   }
 }
 

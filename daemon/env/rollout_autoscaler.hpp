@@ -62,13 +62,20 @@ class RolloutAutoscaler {
 
   struct Log {
     std::uint64_t starts = 0, drains = 0;
-    std::string last;  // the last decision's reason
+    std::string last;  // the last decision, and why
   };
   Log log() const;
 
+  // `nexusctl scale rollout N`: starts `n` engines now (false: there is no spawn command).
+  bool can_start() const { return !spawn_.empty() && !spawn_.front().empty(); }
+  void start(int n, const std::string& why);
+  int starting() const;  // started, not attached yet
+  void record(const std::string& decision);  // for status
+
  private:
   void run();
-  void start_one();
+  void start_one();  // mu_ held
+  void forget_attached(AutoscaleView::Clock::time_point now);  // mu_ held
 
   EngineRegistry& engines_;
   const AutoscalePolicy policy_;
@@ -78,8 +85,9 @@ class RolloutAutoscaler {
   std::condition_variable cv_;
   bool stop_ = false;                                          // GUARDED_BY(mu_)
   Log log_;                                                    // GUARDED_BY(mu_)
-  std::vector<std::pair<pid_t, AutoscaleView::Clock::time_point>> children_;  // the loop's own
-  std::uint64_t next_n_ = 1;
+  std::vector<pid_t> children_;                                // GUARDED_BY(mu_): reaped by the loop
+  std::vector<std::pair<std::string, AutoscaleView::Clock::time_point>> starting_;  // GUARDED_BY(mu_)
+  std::uint64_t next_n_ = 1;                                   // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -104,6 +104,7 @@ class Reactor {
   void cancel_job(Connection& c, std::uint64_t job);
   void release_tenant(Connection& c, const std::string& name);
   void drain(Connection& c);  // root or nexusd's own user: a clean stop, as SIGTERM
+  void scale(Connection& c, const wire::ScaleRequest& r);  // root or nexusd's own user
   std::string metrics_text() const;
   void write_metrics_textfile();  // every config.metrics_interval, when configured
   void refuse(Connection& c, bool attach_reply, wire::ErrorCode code, const std::string& reason);

@@ -46,6 +46,7 @@ bool Reactor::handle_control_frame(std::uint64_t id, Connection& c,
     case wire::ControlBody::MetricsRequest: send_metrics(c); break;
     case wire::ControlBody::CancelJobRequest: cancel_job(c, req.message->body_as_CancelJobRequest()->job()); break;
     case wire::ControlBody::DrainRequest: drain(c); break;
+    case wire::ControlBody::ScaleRequest: scale(c, *req.message->body_as_ScaleRequest()); break;
     case wire::ControlBody::ReleaseTenantRequest: {
       const auto* t = req.message->body_as_ReleaseTenantRequest()->tenant();
       release_tenant(c, t ? t->str() : "");

@@ -76,6 +76,7 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
     engines.push_back(wire::CreateEngineInfo(fbb, e.id, fbb.CreateString(e.name), e.uid, e.shared, e.capacity, e.sessions,
                                              e.steps, e.draining, fbb.CreateVectorOfStrings(e.tasks)));
   const auto engines_vector = fbb.CreateVector(engines);
+  const auto scaling = fbb.CreateString(st.rollout_scaling);
   wire::StatusReplyBuilder r(fbb);
   r.add_daemon_version(version);
   r.add_protocol_version(schema::kProtocolVersion);
@@ -109,6 +110,7 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   r.add_health(hv);
   r.add_users(users_vector);
   r.add_engines(engines_vector);
+  r.add_rollout_scaling(scaling);
   send_control(c, finish_control(fbb, wire::ControlBody::StatusReply, r.Finish().Union()));
 }
 
@@ -147,6 +149,22 @@ void Reactor::cancel_job(Connection& c, std::uint64_t job) {
   NEXUS_LOG(info, "job_cancel", "job={} by_uid={}", job, c.peer.uid);
   send_control(c, finish_control(fbb, wire::ControlBody::CancelJobReply,
                                  wire::CreateCancelJobReply(fbb, job, fbb.CreateString(r.state_or_reason)).Union()));
+}
+
+void Reactor::scale(Connection& c, const wire::ScaleRequest& r) {
+  if (c.peer.uid != 0 && c.peer.uid != ::geteuid())
+    return refuse(c, false, wire::ErrorCode::PermissionDenied, "only root or nexusd's own user may scale it");
+  if (!services_) return refuse(c, false, wire::ErrorCode::BadMessage, "this nexusd runs no services");
+  const std::string what = r.what() ? r.what()->str() : "";
+  const auto result = services_->scale(what, r.count());
+  if (!result.ok) return refuse(c, false, result.code, result.message);
+  NEXUS_LOG(info, "scale", "what={} count={} before={} after={} by_uid={}", what, r.count(), result.before, result.after,
+            c.peer.uid);
+  flatbuffers::FlatBufferBuilder fbb(256);
+  send_control(c, finish_control(fbb, wire::ControlBody::ScaleReply,
+                                 wire::CreateScaleReply(fbb, fbb.CreateString(what), result.before, result.after,
+                                                        fbb.CreateString(result.message))
+                                     .Union()));
 }
 
 void Reactor::drain(Connection& c) {

@@ -59,6 +59,16 @@ class ServicePort {
     std::string state_or_reason;
   };
   virtual CancelResult cancel_job(std::uint64_t job, uid_t requester) = 0;
+  // `nexusctl scale WHAT N` (the reactor checked the requester is root or nexusd's user).
+  struct ScaleResult {
+    bool ok = false;
+    wire::ErrorCode code = wire::ErrorCode::None;
+    int before = 0, after = 0;
+    std::string message;  // what was done, or why not
+  };
+  virtual ScaleResult scale(const std::string& what, int count) {
+    return {false, wire::ErrorCode::BadMessage, 0, 0, "this nexusd has nothing to scale"};
+  }
 };
 
 }  // namespace nexus::daemon

@@ -217,6 +217,7 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   if (impl_->engines)
     for (const auto& e : impl_->engines->engines())
       s.engines.push_back({e.id, e.name, e.uid, e.shared, e.draining, e.capacity, e.sessions, e.steps, e.tasks});
+  if (impl_->autoscaler) s.rollout_scaling = impl_->autoscaler->log().last;
   s.dataset_bytes = impl_->datasets.bytes();
   s.usage = impl_->accounting->snapshot(usage_since_s);
   for (const auto& [name, p] : impl_->config.model.tenants) s.weights[name] = p.weight;
@@ -237,6 +238,40 @@ ServicePort::CancelResult Master::cancel_job(std::uint64_t job, uid_t requester)
   auto r = impl_->jobs.cancel(job, "", requester);
   if (auto* refused = std::get_if<JobRefused>(&r)) return {false, refused->code, refused->reason};
   return {true, wire::ErrorCode::None, std::get<JobInfo>(r).state};
+}
+
+ServicePort::ScaleResult Master::scale(const std::string& what, int count) {
+  using wire::ErrorCode;
+  if (what == "infer" || what == "train")
+    return {false, ErrorCode::BadMessage, 0, 0,
+            "one executor per backbone replica serves both; lanes to scale are not built yet ([model] devices "
+            "adds replicas at start)"};
+  if (what != "rollout") return {false, ErrorCode::BadMessage, 0, 0, "nexusctl scale knows: rollout"};
+  if (!impl_->engines) return {false, ErrorCode::BadMessage, 0, 0, "rollout engines are off ([rollout] socket = \"none\")"};
+  const int most = impl_->config.engines.max_engines;
+  if (count < 0 || count > most)
+    return {false, ErrorCode::BadMessage, 0, 0, "count must be 0.." + std::to_string(most) + " ([rollout] max_engines)"};
+  auto& scaler = *impl_->autoscaler;
+  const int before = impl_->engines->live_engines() + scaler.starting();
+  std::string done;
+  if (count < before) {
+    const int drained = impl_->engines->drain_least_busy(before - count);
+    done = "draining " + std::to_string(drained) + " engine(s): their sessions move at their next episode, then they leave";
+  } else if (count > before) {
+    if (!scaler.can_start())
+      return {false, ErrorCode::BadMessage, before, before,
+              "nexusd has no command to start engines ([rollout] spawn, or nexus-rollout beside nexusd): start "
+              "nexus-rollout@N units instead"};
+    scaler.start(count - before, "nexusctl scale rollout " + std::to_string(count));
+    done = "starting " + std::to_string(count - before) + " engine(s)";
+  } else {
+    done = "already " + std::to_string(count) + " engine(s)";
+  }
+  if (impl_->config.autoscale.max_engines > 0)
+    done += "; autoscaling is on (" + std::to_string(impl_->config.autoscale.min_engines) + ".." +
+            std::to_string(impl_->config.autoscale.max_engines) + " engines) and may change this";
+  scaler.record("nexusctl scale rollout " + std::to_string(count) + ": " + done);
+  return {true, ErrorCode::None, before, count, done};
 }
 
 std::vector<metrics::Interval> Master::timeline() const { return impl_->accounting->timeline(); }

@@ -60,6 +60,7 @@ class Master final : public ServicePort {
   void tenant_released(const std::string& tenant) override;
   ServiceStatus status(std::optional<double> usage_since_s) const override;
   CancelResult cancel_job(std::uint64_t job, uid_t requester) override;
+  ScaleResult scale(const std::string& what, int count) override;
 
   // Busy intervals per service and tenant since the start (with record_timeline).
   std::vector<metrics::Interval> timeline() const;

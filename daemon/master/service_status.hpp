@@ -85,6 +85,7 @@ struct ServiceStatus {
   std::vector<UserStatus> users;      // slots and checkpoints per Unix user (names: the reactor adds them)
   UserBounds user_bounds;
   std::vector<EngineStatus> engines;
+  std::string rollout_scaling;  // the last scaling decision of engines, and why ("": none yet)
 };
 
 }  // namespace nexus::daemon

@@ -158,7 +158,10 @@ int main(int argc, char** argv) {
       control(C::MetricsRequest, [](B& f) { return wire::CreateMetricsRequest(f, schema::kProtocolVersion).Union(); }),
       control(C::CancelJobRequest, [](B& f) { return wire::CreateCancelJobRequest(f, schema::kProtocolVersion, 3).Union(); }),
       control(C::ReleaseTenantRequest, [](B& f) { return wire::CreateReleaseTenantRequest(f, schema::kProtocolVersion, f.CreateString("alice")).Union(); }),
-      control(C::DrainRequest, [](B& f) { return wire::CreateDrainRequest(f, schema::kProtocolVersion).Union(); })};
+      control(C::DrainRequest, [](B& f) { return wire::CreateDrainRequest(f, schema::kProtocolVersion).Union(); }),
+      control(C::ScaleRequest, [](B& f) {
+        return wire::CreateScaleRequest(f, schema::kProtocolVersion, f.CreateString("rollout"), 2).Union();
+      })};
   for (std::size_t i = 0; i < frames.size(); ++i) {
     auto in = std::vector<std::uint8_t>{2, 1, 3};  // three pieces of 65, 1 and 193 bytes at most
     in.insert(in.end(), frames[i].begin(), frames[i].end());

@@ -13,6 +13,7 @@
 
 #include "nexus/client.hpp"
 #include "nexus/status.hpp"
+#include "attach.hpp"
 #include "processes.hpp"
 #include "tenant_run.hpp"
 
@@ -21,11 +22,7 @@ using namespace nexus::test;
 namespace {
 
 std::unique_ptr<nexus::Client> attach(const Daemon& d, const std::string& tenant) {
-  nexus::ClientOptions o;
-  o.socket_path = d.socket();
-  o.tenant = tenant;
-  o.timeout = std::chrono::seconds(60);
-  return nexus::Client::attach(o);
+  return attach_tenant(d, tenant, std::chrono::seconds(60));
 }
 
 template <class F>

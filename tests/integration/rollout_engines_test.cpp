@@ -1,7 +1,8 @@
 // Rollout engines (nexus-rollout) through a real nexusd: a PPO job runs on while engines attach,
 // one drains and one is SIGKILLed; an engine that sends garbage or hangs fails only its own
 // sessions (truncated, then moved) and is killed; a lab member's own engine never receives
-// another user's sessions; registrations that lie or say nothing are refused.
+// another user's sessions; registrations that lie or say nothing are refused; nexusctl scale
+// rollout N drains engines and starts nexusd's own.
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -14,9 +15,11 @@
 #include <cstring>
 #include <fstream>
 #include <thread>
+#include <tuple>
 
 #include "nexus/client.hpp"
 #include "nexus/status.hpp"
+#include "attach.hpp"
 #include "processes.hpp"
 #include "tenant_run.hpp"
 
@@ -25,11 +28,7 @@ using namespace nexus::test;
 namespace {
 
 std::unique_ptr<nexus::Client> attach(const Daemon& d, const std::string& tenant) {
-  nexus::ClientOptions o;
-  o.socket_path = d.socket();
-  o.tenant = tenant;
-  o.timeout = std::chrono::seconds(120);
-  return nexus::Client::attach(o);
+  return attach_tenant(d, tenant, std::chrono::seconds(120));
 }
 
 std::string rollout_socket(const Daemon& d) { return d.socket().substr(0, d.socket().rfind('/')) + "/rollout.sock"; }
@@ -290,7 +289,83 @@ TEST_CASE("a lab member's own rollout engine serves only that member's tenants, 
   INFO(hers.dump());
   CHECK(hers["engine_steps"]["alices"].get<int>() > 0);
   CHECK(engine_named(daemon, "alices")->steps == hers["engine_steps"]["alices"].get<std::uint64_t>());
+
+  // One user's own engines are bounded (4 by default): the fifth is refused, saying why.
+  std::vector<pid_t> more;
+  for (int k = 2; k <= 4; ++k)
+    more.push_back(start_engine(daemon, dir, "alices-" + std::to_string(k), {}, {.uid = alice->uid, .gid = alice->gid},
+                                engine));
+  REQUIRE(wait_for([&] { return nexus::query_status(daemon.socket()).engines.size() == 4; }, std::chrono::seconds(30)));
+  const pid_t fifth = start_engine(daemon, dir, "alices-5", {}, {.uid = alice->uid, .gid = alice->gid}, engine);
+  CHECK(wait_exit(fifth, std::chrono::seconds(30)) == 2);
+  CHECK_THAT(read_file(dir.path + "/alices-5.err"), Catch::Contains("engines of their own"));
   ::close(silent);
-  ::kill(own, SIGTERM);
-  CHECK(wait_exit(own, std::chrono::seconds(60)) == 0);  // drained: nothing was left on it
+  more.push_back(own);
+  for (pid_t p : more) ::kill(p, SIGTERM);
+  for (pid_t p : more) CHECK(wait_exit(p, std::chrono::seconds(60)) == 0);  // drained: nothing was left on them
+}
+
+TEST_CASE("nexusctl scale rollout N drains the least busy engines down to N and starts nexusd's own up to N",
+          "[integration][model][rollout]") {
+  const auto mallory = ensure_test_user("nexus-test-mallory");
+  if (!mallory) FAIL("this test needs root to create users; run the suite as root");
+  TempDir dir;
+  Daemon daemon({"--weights", tiny_weights_path(), "--state-dir", dir.path + "/state", "--log-level", "info"});
+  const std::string ctl = executable_copy(nexusctl_path(), dir);
+  int calls = 0;
+  const auto scale = [&](const std::vector<std::string>& args, std::optional<TestUser> as = std::nullopt) {
+    const std::string tag = dir.path + "/scale-" + std::to_string(++calls);
+    std::vector<std::string> argv{ctl, "-s", daemon.socket(), "scale"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    SpawnOptions o{.stdout_path = tag + ".out", .stderr_path = tag + ".err"};
+    if (as) o.uid = as->uid, o.gid = as->gid;
+    const int rc = wait_exit(spawn(argv, o), std::chrono::seconds(30)).value_or(-1);
+    return std::pair{rc, read_file(tag + ".out") + read_file(tag + ".err")};
+  };
+  const auto engines = [&] { return nexus::query_status(daemon.socket()).engines; };
+
+  const pid_t busy = start_engine(daemon, dir, "busy", {"-c", "8"});
+  REQUIRE(wait_for([&] { return engine_named(daemon, "busy").has_value(); }, std::chrono::seconds(30)));
+  auto alice = attach(daemon, "alice");
+  auto s = open_sessions(*alice, 2);
+  REQUIRE(s.last.engines == std::vector<std::string>{"busy", "busy"});
+  const pid_t idle = start_engine(daemon, dir, "idle", {"-c", "8"});
+  REQUIRE(wait_for([&] { return engine_named(daemon, "idle").has_value(); }, std::chrono::seconds(30)));
+
+  // Only root or nexusd's own user; only what can be scaled.
+  auto [rc, out] = scale({"rollout", "0"}, *mallory);
+  CHECK(rc != 0);
+  CHECK_THAT(out, Catch::Contains("only root or nexusd's own user"));
+  std::tie(rc, out) = scale({"infer", "2"});
+  CHECK(rc != 0);
+  CHECK_THAT(out, Catch::Contains("not built"));
+  CHECK(engines().size() == 2);
+
+  // Down to 1: the idle one drains and leaves at once; the busy one keeps its sessions.
+  std::tie(rc, out) = scale({"rollout", "1"});
+  INFO(out);
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("rollout: 2 -> 1"));
+  CHECK(wait_exit(idle, std::chrono::seconds(30)) == 0);
+  CHECK_THAT(read_file(dir.path + "/idle.out"), Catch::Contains("drained"));
+  CHECK(engine_named(daemon, "busy").value_or(nexus::EngineStatus{}).sessions == 2);
+
+  // Up to 3: nexusd starts two of its own (nexus-rollout beside it), named auto-N.
+  std::tie(rc, out) = scale({"rollout", "3"});
+  CHECK(rc == 0);
+  CHECK_THAT(out, Catch::Contains("starting 2 engine(s)"));
+  REQUIRE(wait_for([&] { return engines().size() == 3; }, std::chrono::seconds(60)));
+  CHECK(engine_named(daemon, "auto-1").has_value());
+  CHECK(engine_named(daemon, "auto-2").has_value());
+  CHECK_THAT(nexus::query_status(daemon.socket()).rollout_scaling, Catch::Contains("nexusctl scale rollout 3"));
+  CHECK(step_all(*alice, s).errors == std::vector<std::string>(2, ""));
+
+  // Down to 0: all drain; the busy one once its sessions are gone.
+  std::tie(rc, out) = scale({"rollout", "0"});
+  CHECK(rc == 0);
+  CHECK(wait_for([&] { return engines().size() == 1; }, std::chrono::seconds(30)));  // the two idle auto engines left
+  CHECK(engine_named(daemon, "busy").value_or(nexus::EngineStatus{}).draining);
+  alice->env_close(s.ids);
+  CHECK(wait_exit(busy, std::chrono::seconds(30)) == 0);
+  CHECK(wait_for([&] { return engines().empty(); }, std::chrono::seconds(10)));
 }

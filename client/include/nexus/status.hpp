@@ -71,6 +71,7 @@ struct DaemonStatus {
   std::string backbone;
   std::vector<ReplicaStatus> replicas;  // one per device the backbone is resident on
   std::vector<EngineStatus> engines;    // rollout engines attached now
+  std::string rollout_scaling;          // the last decision to start or drain engines, and why
   std::uint64_t model_groups = 0;
   std::uint64_t model_requests = 0;
   std::uint64_t model_samples = 0;
@@ -104,6 +105,14 @@ void release_tenant(const std::string& socket_path, const std::string& tenant,
 // changed slot is checkpointed, nexusd exits. Returns the tenants attached when it began.
 // Throws PermissionDenied.
 std::uint32_t drain_daemon(const std::string& socket_path, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+// Sets how many rollout engines nexusd runs (`what` "rollout"; root or nexusd's user): drains
+// the least busy above `count`, starts its own below it. Throws PermissionDenied, BadMessage.
+struct ScaleResult {
+  int before = 0, after = 0;
+  std::string message;  // what nexusd did
+};
+ScaleResult scale_daemon(const std::string& socket_path, const std::string& what, int count,
+                         std::chrono::milliseconds timeout = std::chrono::seconds(5));
 // Cancels a job (you must be root or the job's owner); its state after. Throws UnknownJob.
 std::string cancel_job(const std::string& socket_path, std::uint64_t job,
                        std::chrono::milliseconds timeout = std::chrono::seconds(5));

@@ -221,16 +221,18 @@ std::variant<ControlRequest, DecodeError> decode_control(std::span<const std::ui
   if (type == wire::ControlBody::CancelJobRequest) version = msg->body_as_CancelJobRequest()->protocol_version();
   if (type == wire::ControlBody::ReleaseTenantRequest) version = msg->body_as_ReleaseTenantRequest()->protocol_version();
   if (type == wire::ControlBody::DrainRequest) version = msg->body_as_DrainRequest()->protocol_version();
+  if (type == wire::ControlBody::ScaleRequest) version = msg->body_as_ScaleRequest()->protocol_version();
   if (version != schema::kProtocolVersion)
     return error(0, wire::ErrorCode::UnsupportedVersion,
                  "protocol version " + std::to_string(version) + ", daemon speaks " +
                      std::to_string(schema::kProtocolVersion));
   if (type != wire::ControlBody::AttachRequest && type != wire::ControlBody::StatusRequest &&
       type != wire::ControlBody::MetricsRequest && type != wire::ControlBody::CancelJobRequest &&
-      type != wire::ControlBody::ReleaseTenantRequest && type != wire::ControlBody::DrainRequest)
+      type != wire::ControlBody::ReleaseTenantRequest && type != wire::ControlBody::DrainRequest &&
+      type != wire::ControlBody::ScaleRequest)
     return error(0, wire::ErrorCode::WrongMessageType,
                  "the control socket accepts AttachRequest, StatusRequest, MetricsRequest, CancelJobRequest, "
-                 "ReleaseTenantRequest and DrainRequest");
+                 "ReleaseTenantRequest, DrainRequest and ScaleRequest");
   return ControlRequest{type, msg};
 }
 
