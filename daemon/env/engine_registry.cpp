@@ -63,6 +63,7 @@ StepOutcome EngineRegistry::Session::collect_step() {
 
 std::string EngineRegistry::Session::placement() const { return engine_->name; }
 bool EngineRegistry::Session::usable() const { return !engine_->failed && !engine_->draining; }
+void EngineRegistry::Session::distrust(const std::string& why) { engine_->fail(why, false); }
 
 // ---- placement ----
 
@@ -137,7 +138,7 @@ std::vector<EngineView> EngineRegistry::engines() const {
 int EngineRegistry::live_engines() const {
   std::lock_guard lk(mu_);
   return static_cast<int>(std::count_if(engines_.begin(), engines_.end(), [](const auto& e) {
-    return !e->failed && !e->draining;
+    return e->shared && !e->failed && !e->draining;
   }));
 }
 
@@ -146,7 +147,7 @@ int EngineRegistry::drain_least_busy(int n) {
   {
     std::lock_guard lk(mu_);
     for (const auto& e : engines_)
-      if (!e->failed && !e->draining) live.emplace_back(e->sessions.load(), e->id);
+      if (e->shared && !e->failed && !e->draining) live.emplace_back(e->sessions.load(), e->id);
   }
   std::sort(live.begin(), live.end());
   int drained = 0;
@@ -158,7 +159,8 @@ int EngineRegistry::drain_least_busy(int n) {
 bool EngineRegistry::drain(std::uint64_t id) {
   std::lock_guard lk(mu_);
   for (const auto& e : engines_)
-    if (e->id == id && !e->draining.exchange(true)) {
+    if (e->id == id && !e->failed && !e->draining.exchange(true)) {
+      e->drain_started = std::chrono::steady_clock::now();
       daemon::log_text(daemon::LogLevel::Info, "rollout_engine_draining",
                        "engine=" + e->name + " id=" + std::to_string(id) + " by=nexusd sessions=" +
                            std::to_string(e->sessions.load()));

@@ -39,6 +39,9 @@ struct EngineLimits {
   int max_capacity = 256;        // sessions one engine may take (its claim is cut to this)
   ExternalTimeouts timeouts;     // the open and each exchange, as for external environments
   std::chrono::milliseconds hello_timeout{5000};  // a connection that says nothing is closed
+  // A draining engine whose sessions have not all moved off by then (sessions that never reset)
+  // is let go: what is left on it ends truncated and moves.
+  std::chrono::milliseconds drain_timeout{120000};
 };
 
 // One attached engine as status shows it.
@@ -72,6 +75,7 @@ class EngineRegistry {
     std::string instruction() const override { return inner_->instruction(); }
     std::string placement() const override;
     bool usable() const;  // its engine is neither failed nor draining
+    void distrust(const std::string& why);  // fails its engine (not killed): nothing more goes to it
     const Engine& engine() const { return *engine_; }
 
    private:
@@ -100,9 +104,10 @@ class EngineRegistry {
   // Marks an engine draining (the autoscaler's scale-down): nothing new goes to it, its sessions
   // move at their next reset, and it is released once none is left. False: no such engine.
   bool drain(std::uint64_t id);
-  // Drains up to `n` engines, those with the fewest sessions first; returns how many.
+  // Drains up to `n` shared engines, those with the fewest sessions first; returns how many.
+  // (Another user's own engines are theirs to stop.)
   int drain_least_busy(int n);
-  int live_engines() const;  // attached, neither failed nor draining
+  int live_engines() const;  // shared engines attached, neither failed nor draining
 
   // Built-in sessions running in nexusd while engines are attached: what more engines would take
   // (PlacedSession keeps the count).
@@ -111,8 +116,9 @@ class EngineRegistry {
 
  private:
   void serve();  // the registry's thread
-  void admit(int fd);
-  bool read_registration(const std::shared_ptr<Engine>& engine);  // false: it left or failed
+  void admit(int fd, const std::vector<std::uint8_t>& hello, uid_t uid, int pidfd);
+  void read_registration(const std::shared_ptr<Engine>& engine);  // an EngineDrain, or it failed
+  bool release_if_done(const std::shared_ptr<Engine>& engine, std::chrono::steady_clock::time_point now);
 
   const EngineLimits limits_;
   const uid_t daemon_uid_;

@@ -197,17 +197,19 @@ std::vector<SessionResult> EnvService::run(const std::string& tenant, std::span<
     if (fresh) items.emplace_back();
     items[it->second].push_back(i);
   }
-  // Steps of sessions in other processes (rollout engines) are all sent first, so those
-  // processes work at once, then collected after the pool ran the rest.
+  // A step holds every one of its single sessions from the start (begin_steps); the steps of
+  // sessions in other processes (rollout engines) are all sent first, so those processes work at
+  // once, and collected after the pool ran the rest.
   std::vector<char> done(sessions.size(), 0);
-  auto begun = resetting ? std::vector<std::pair<std::size_t, std::unique_lock<std::mutex>>>{}
-                         : begin_steps(call, items, done);
+  std::vector<std::unique_lock<std::mutex>> held;
+  const auto begun = resetting ? std::vector<std::size_t>{} : begin_steps(call, items, done, held);
   pool_.parallel_for(items.size(), [&](std::size_t k) {
     if (sessions[items[k].front()]->env->batch()) return run_batch(call, items[k]);
     const std::size_t i = items[k].front();
     if (done[i]) return;
     Session& s = *sessions[i];
-    std::lock_guard lk(s.mu);
+    std::unique_lock lk(s.mu, std::defer_lock);
+    if (resetting) lk.lock();  // a step's are held already
     if (!call.may_run(i)) return;
     try {
       if (resetting) {
@@ -223,7 +225,7 @@ std::vector<SessionResult> EnvService::run(const std::string& tenant, std::span<
       call.fail(i, e.what());
     }
   });
-  for (auto& [i, held] : begun) {
+  for (auto i : begun) {
     try {
       results[i].outcome = sessions[i]->env->collect_step();
       call.observe(i);
@@ -236,24 +238,26 @@ std::vector<SessionResult> EnvService::run(const std::string& tenant, std::span<
   return results;
 }
 
-std::vector<std::pair<std::size_t, std::unique_lock<std::mutex>>> EnvService::begin_steps(
-    const Call& call, const std::vector<std::vector<std::size_t>>& items, std::vector<char>& done) const {
-  // Locked in address order (as run_batch), held until collected: two calls never wait on each
-  // other, since a call's pool phase holds one session at a time.
+std::vector<std::size_t> EnvService::begin_steps(const Call& call, const std::vector<std::vector<std::size_t>>& items,
+                                                std::vector<char>& done,
+                                                std::vector<std::unique_lock<std::mutex>>& held) const {
+  // All of the call's single sessions, locked in address order before anything runs (as
+  // run_batch locks a batch's): two calls take what they share in one order, so neither waits
+  // on the other while holding what the other waits for.
   std::vector<std::size_t> order;
   for (const auto& item : items)
     if (!call.sessions[item.front()]->env->batch()) order.push_back(item.front());
   std::sort(order.begin(), order.end(), [&](auto a, auto b) { return call.sessions[a].get() < call.sessions[b].get(); });
-  std::vector<std::pair<std::size_t, std::unique_lock<std::mutex>>> begun;
+  for (auto i : order) held.emplace_back(call.sessions[i]->mu);
+  std::vector<std::size_t> begun;
   for (auto i : order) {
     Session& s = *call.sessions[i];
-    std::unique_lock lk(s.mu);
     try {
       if (!call.may_run(i)) {
         done[i] = 1;
       } else if (s.env->begin_step(call.action(i))) {
         done[i] = 1;
-        begun.emplace_back(i, std::move(lk));
+        begun.push_back(i);
       }
     } catch (const BadInput& e) {
       call.results[i].error = e.what();

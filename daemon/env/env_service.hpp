@@ -111,10 +111,11 @@ class EnvService {
   // The members of one call that share a batch (`at`: their places in the call), in one exchange.
   struct Call;
   void run_batch(const Call& call, const std::vector<std::size_t>& at) const;
-  // Sends the steps of the call's sessions that step in halves (EnvSession::begin_step); marks
-  // every session it dealt with in `done`; returns those begun, each with its lock held.
-  std::vector<std::pair<std::size_t, std::unique_lock<std::mutex>>> begin_steps(
-      const Call& call, const std::vector<std::vector<std::size_t>>& items, std::vector<char>& done) const;
+  // A step's first phase: locks all of the call's single sessions into `held`, sends the steps
+  // of those that step in halves (EnvSession::begin_step), marks every session it dealt with in
+  // `done`, and returns those begun (their outcomes are collected at the call's end).
+  std::vector<std::size_t> begin_steps(const Call& call, const std::vector<std::vector<std::size_t>>& items,
+                                       std::vector<char>& done, std::vector<std::unique_lock<std::mutex>>& held) const;
 
   const EnvLimits limits_;
   SessionFactory factory_;

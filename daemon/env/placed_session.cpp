@@ -38,7 +38,8 @@ PlacedSession::~PlacedSession() {
 void PlacedSession::place() {
   if (on_engine_ && (lost_ || !on_engine_->usable())) run_in_nexusd();  // leaves the engine first
   auto better = engines_.place(task_, image_size_, max_steps_, owner_, on_engine_);
-  if (!better || !same(better->spec(), spec_)) return;
+  if (!better) return;
+  if (!same(better->spec(), spec_)) return better->distrust("its " + task_ + " is not nexusd's (another spec)");
   if (!on_engine_) engines_.count_in_nexusd(-1);
   on_engine_ = better.get();
   current_ = std::move(better);

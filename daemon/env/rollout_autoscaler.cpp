@@ -18,28 +18,35 @@ namespace nexus::env {
 AutoscaleDecision decide_scale(const AutoscalePolicy& p, const AutoscaleView& v) {
   AutoscaleDecision d;
   if (p.max_engines <= 0) return d;
-  int live = v.starting;
-  for (const auto& e : v.engines) live += !e.draining;
+  // Shared engines only: another user's own engines serve only that user's tenants. Room: free
+  // sessions on them, and what the engines still starting will bring.
+  int live = v.starting, room = v.starting * p.sessions_per_engine;
+  for (const auto& e : v.engines)
+    if (e.shared && !e.draining) ++live, room += std::max(0, e.capacity - e.sessions);
   if (live < p.min_engines) {
     d.start = p.min_engines - live;
     d.reason = std::to_string(live) + " engine(s), the minimum is " + std::to_string(p.min_engines);
     return d;
   }
   if (v.now - v.last_action < p.cooldown) return d;
-  if (v.waiting_sessions > 0 && live < p.max_engines) {
-    const int wanted = (v.waiting_sessions + p.sessions_per_engine - 1) / p.sessions_per_engine;
+  const int unserved = v.waiting_sessions - room;  // sessions in nexusd that no engine has room for
+  if (unserved > 0) {
+    if (live >= p.max_engines) return d;
+    const int wanted = (unserved + p.sessions_per_engine - 1) / p.sessions_per_engine;
     d.start = std::min(p.max_engines - live, wanted);
-    d.reason = std::to_string(v.waiting_sessions) + " session(s) run in nexusd for want of room on an engine";
+    d.reason = std::to_string(v.waiting_sessions) + " session(s) run in nexusd, " + std::to_string(unserved) +
+               " more than the engines have room for";
     return d;
   }
-  if (v.waiting_sessions > 0 || live <= p.min_engines) return d;
-  // Idle: the autoscaler's own engine that has stepped nothing for longest, one per decision.
+  if (live <= p.min_engines) return d;
+  // Idle: nexusd's own engine that has stepped nothing for longest, one per decision, while the
+  // others keep room for every session waiting in nexusd.
   const AutoscaleView::Engine* idlest = nullptr;
   for (const auto& e : v.engines)
-    if (e.own && !e.draining && e.sessions == 0 && v.now - e.last_busy >= p.idle_after &&
+    if (e.own && e.shared && !e.draining && e.sessions == 0 && v.now - e.last_busy >= p.idle_after &&
         (!idlest || e.last_busy < idlest->last_busy))
       idlest = &e;
-  if (idlest) {
+  if (idlest && v.waiting_sessions <= room - idlest->capacity) {
     d.drain.push_back(idlest->id);
     d.reason = "engine " + std::to_string(idlest->id) + " idle for " +
                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(v.now - idlest->last_busy).count()) + " s";
@@ -69,8 +76,9 @@ RolloutAutoscaler::Log RolloutAutoscaler::log() const {
   return log_;
 }
 
-int RolloutAutoscaler::starting() const {
+int RolloutAutoscaler::starting() {
   std::lock_guard lk(mu_);
+  forget_attached(AutoscaleView::Clock::now());  // an engine that attached is not starting any more
   return static_cast<int>(starting_.size());
 }
 
@@ -129,7 +137,8 @@ void RolloutAutoscaler::run() {
     v.last_action = last_action;
     forget_attached(v.now);
     for (const auto& e : engines_.engines())
-      v.engines.push_back({e.id, e.name.rfind("auto-", 0) == 0, e.draining, e.sessions, e.last_busy});
+      v.engines.push_back({e.id, e.shared && e.name.rfind("auto-", 0) == 0, e.shared, e.draining, e.sessions, e.capacity,
+                           e.last_busy});
     v.starting = static_cast<int>(starting_.size());
     v.waiting_sessions = engines_.sessions_in_nexusd();
     const auto d = decide_scale(policy_, v);

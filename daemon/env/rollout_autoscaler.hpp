@@ -31,15 +31,16 @@ struct AutoscaleView {
   using Clock = std::chrono::steady_clock;
   struct Engine {
     std::uint64_t id = 0;
-    bool own = false;       // started by the autoscaler (named auto-N)
+    bool own = false;       // started by nexusd (a shared engine named auto-N)
+    bool shared = true;     // false: another user's own engine, which nexusd neither counts nor drains
     bool draining = false;
-    int sessions = 0;
+    int sessions = 0, capacity = 0;
     Clock::time_point last_busy;  // its last step (its attach, before any)
   };
   Clock::time_point now, last_action;
   std::vector<Engine> engines;  // attached now
   int starting = 0;             // started, not attached yet (within start_grace)
-  int waiting_sessions = 0;     // sessions running in nexusd because no engine had room
+  int waiting_sessions = 0;     // sessions running in nexusd (they move at their next reset)
 };
 
 struct AutoscaleDecision {
@@ -69,13 +70,13 @@ class RolloutAutoscaler {
   // `nexusctl scale rollout N`: starts `n` engines now (false: there is no spawn command).
   bool can_start() const { return !spawn_.empty() && !spawn_.front().empty(); }
   void start(int n, const std::string& why);
-  int starting() const;  // started, not attached yet
+  int starting();  // started, not attached yet
   void record(const std::string& decision);  // for status
 
  private:
   void run();
   void start_one();  // mu_ held
-  void forget_attached(AutoscaleView::Clock::time_point now);  // mu_ held
+  void forget_attached(AutoscaleView::Clock::time_point now);  // mu_ held: drops starts that attached
 
   EngineRegistry& engines_;
   const AutoscalePolicy policy_;

@@ -11,6 +11,7 @@
 
 #include "daemon/env/engine_registry.hpp"
 #include "daemon/log/log_text.hpp"
+#include "schema/control_frame.hpp"
 
 namespace nexus::env {
 
@@ -26,6 +27,8 @@ struct EngineRegistry::Engine {
   std::atomic<std::uint64_t> steps{0};
   std::atomic<std::int64_t> last_busy_ns{std::chrono::steady_clock::now().time_since_epoch().count()};
   std::atomic<bool> draining{false}, failed{false};
+  std::chrono::steady_clock::time_point drain_started;  // GUARDED_BY(the registry's mu_)
+  schema::FrameAccumulator registration;                 // the registry's thread only: frames it sends
 
   std::mutex mu;                     // the registration socket's sends, and what follows
   int fd = -1;                       // GUARDED_BY(mu): the registration connection (-1: closed)

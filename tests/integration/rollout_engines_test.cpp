@@ -108,7 +108,16 @@ TEST_CASE("a PPO job runs on while rollout engines attach, one drains and one is
   std::atomic<int> neighbour_steps{0}, neighbour_errors{0};
   std::string neighbour_failure;
   auto bob = attach(daemon, "bob");
-  std::thread neighbour([&] {
+  std::thread neighbour;
+  struct Join {  // a failed REQUIRE below must not leave the thread joinable (std::terminate)
+    std::atomic<bool>& running;
+    std::thread& t;
+    ~Join() {
+      running = false;
+      if (t.joinable()) t.join();
+    }
+  } join{running, neighbour};
+  neighbour = std::thread([&] {
     try {
       auto s = open_sessions(*bob, 2);
       while (running) {

@@ -11,8 +11,10 @@ using nexus::env::decide_scale;
 using namespace std::chrono_literals;
 
 namespace {
+// A shared engine with room for 8 sessions (own: started by nexusd).
 AutoscaleView::Engine engine(std::uint64_t id, int sessions, AutoscaleView::Clock::time_point last_busy, bool own = true) {
-  return {.id = id, .own = own, .draining = false, .sessions = sessions, .last_busy = last_busy};
+  return {.id = id, .own = own, .shared = true, .draining = false, .sessions = sessions, .capacity = 8,
+          .last_busy = last_busy};
 }
 }  // namespace
 
@@ -33,13 +35,16 @@ TEST_CASE("the rollout autoscaler keeps its minimum, grows for waiting sessions 
   v.starting = 1;  // started, not attached yet: counts
   CHECK(decide_scale(p, v).start == 0);
 
-  // 20 sessions wait in nexusd: 3 engines' worth, but the maximum is 3 and one is starting.
+  // 20 sessions wait in nexusd: the starting engine will take 8, so 12 more need 2 engines.
   v.waiting_sessions = 20;
   CHECK(decide_scale(p, v).start == 0);  // within the cooldown
   v.now += 5s;
   d = decide_scale(p, v);
   CHECK(d.start == 2);
-  CHECK_THAT(d.reason, Catch::Contains("20 session(s)"));
+  CHECK_THAT(d.reason, Catch::Contains("20 session(s)") && Catch::Contains("12 more"));
+  v.waiting_sessions = 8;  // the starting engine has room for all of them: nothing to start
+  CHECK(decide_scale(p, v).start == 0);
+  v.waiting_sessions = 20;
   v.starting = 0;
   v.engines = {engine(1, 8, v.now), engine(2, 8, v.now), engine(3, 4, v.now)};
   v.now += 10s;
@@ -58,9 +63,20 @@ TEST_CASE("the rollout autoscaler keeps its minimum, grows for waiting sessions 
   CHECK(decide_scale(p, v).drain == std::vector<std::uint64_t>{2});
   v.engines[1].last_busy = v.now - 30s;  // busy lately
   CHECK(decide_scale(p, v).drain.empty());
-  v.waiting_sessions = 1;
   v.engines[1].last_busy = v.now - 70s;
+  v.waiting_sessions = 14;  // engines 1 and 4 keep room for 14: engine 2 may still go
+  CHECK(decide_scale(p, v).drain == std::vector<std::uint64_t>{2});
+  v.waiting_sessions = 15;  // not without it
   CHECK(decide_scale(p, v).drain.empty());
+  CHECK(decide_scale(p, v).start == 0);  // and nothing to start: the room is there
+  v.waiting_sessions = 0;
+  // Another user's own engines neither count nor drain, whatever their name.
+  auto theirs = engine(9, 0, v.now - 500s);
+  theirs.shared = false;
+  v.engines = {engine(2, 0, v.now - 500s), theirs};  // the minimum (1) is engine 2 alone
+  CHECK(decide_scale(p, v).drain.empty());
+  v.engines = {theirs};
+  CHECK(decide_scale(p, v).start == 1);  // below the minimum: theirs is not one of nexusd's
   v.waiting_sessions = 0;
   v.engines = {engine(2, 0, v.now - 500s)};  // the last one: the minimum keeps it
   CHECK(decide_scale(p, v).drain.empty());
