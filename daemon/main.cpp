@@ -232,6 +232,7 @@ int main(int argc, char** argv) {
     NEXUS_LOG(info, "listening", "socket={} systemd={}",
               listener.from_systemd ? "(passed by systemd)" : listener.path, listener.from_systemd);
     if (!listener.warning.empty()) NEXUS_LOG(warn, "socket_group", "reason=\"{}\"", listener.warning);
+#ifdef NEXUS_WITH_MODEL  // engines step the Environment Service's sessions: none without the services
     // Where rollout engines attach. Without it nexusd still serves (the in-daemon pool runs every
     // session), so a failure here is a warning, not a stop.
     if (const auto path = nexus::daemon::rollout_socket_path(config); !path.empty() && config.backbone != "none") {
@@ -244,6 +245,7 @@ int main(int argc, char** argv) {
         NEXUS_LOG(warn, "rollout_socket", "reason=\"{}: no rollout engines can attach\"", e.what());
       }
     }
+#endif
     // The reactor outlives nothing that posts to it: the services are declared after it, so
     // their threads are joined first.
     std::unique_ptr<nexus::daemon::Reactor> reactor;

@@ -53,7 +53,7 @@ TEST_CASE("2000 idle connections of one user lock nobody out: others attach and 
   const struct group* lab_group = ::getgrnam(group.c_str());
   REQUIRE(lab_group != nullptr);
   const gid_t lab = lab_group->gr_gid;
-  Daemon daemon({"--socket-mode", "660", "--socket-group", group});
+  Daemon daemon({"--socket-mode", "660", "--socket-group", group, "--rollout-socket", "none"});
   struct stat st {};
   REQUIRE(::stat(daemon.socket().c_str(), &st) == 0);
   CHECK((st.st_mode & 0777) == 0660);
@@ -73,7 +73,7 @@ TEST_CASE("2000 idle connections of one user lock nobody out: others attach and 
   CHECK(wait_exit(w, std::chrono::seconds(60)) == 0);
   CHECK(nlohmann::json::parse(last_line(dir.path + "/worker.json"))["round_trips"] == 2000);
   // Idle connections are closed at the handshake deadline (5 s by default).
-  CHECK(eventually([&] { return count_fds(daemon.pid(), "socket:") <= 3; }, std::chrono::seconds(10)));  // + 2 listeners
+  CHECK(eventually([&] { return count_fds(daemon.pid(), "socket:") <= 2; }, std::chrono::seconds(10)));
   ::kill(holder, SIGKILL);
   wait_exit(holder, std::chrono::seconds(5));
 }
@@ -135,13 +135,12 @@ TEST_CASE("a detached tenant that keeps ringing a dup of its doorbell leaves nex
 TEST_CASE("a connection that never attaches is closed at the handshake deadline", "[fault][frontdoor]") {
   TempDir dir;
   std::ofstream(dir.path + "/nexusd.toml") << "[daemon]\nhandshake_timeout_ms = 300\n";
-  Daemon daemon({"-c", dir.path + "/nexusd.toml"});
+  Daemon daemon({"-c", dir.path + "/nexusd.toml", "--rollout-socket", "none"});
   const pid_t holder = spawn({NEXUS_TEST_HOSTILE_PEER, "hold", daemon.socket(), "10", "30"},
                              {.stdout_path = dir.path + "/hold.json"});
   REQUIRE(eventually([&] { return !read_file(dir.path + "/hold.json").empty(); }, std::chrono::seconds(10)));
   CHECK(nlohmann::json::parse(last_line(dir.path + "/hold.json"))["opened"] == 10);
-  // The control and rollout listeners.
-  CHECK(eventually([&] { return count_fds(daemon.pid(), "socket:") == 2; }, std::chrono::seconds(3)));
+  CHECK(eventually([&] { return count_fds(daemon.pid(), "socket:") == 1; }, std::chrono::seconds(3)));  // the listener
   ::kill(holder, SIGKILL);
   wait_exit(holder, std::chrono::seconds(5));
 }
