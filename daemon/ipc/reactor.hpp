@@ -35,7 +35,7 @@
 #include "daemon/ipc/regions.hpp"
 #include "daemon/ipc/tenant_session.hpp"
 #include "daemon/ipc/watchdog.hpp"
-#include "daemon/master/tenant_registry.hpp"
+#include "daemon/ipc/tenant_registry.hpp"
 #include "nexus/wire/nexus_generated.h"
 #include "schema/control_frame.hpp"
 

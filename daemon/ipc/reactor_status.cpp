@@ -10,7 +10,7 @@
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
 #include "daemon/log/log_text.hpp"
-#include "daemon/master/job_wire.hpp"
+#include "daemon/ipc/job_wire.hpp"
 #include "daemon/metrics/prometheus.hpp"
 #include "schema/protocol.hpp"
 

@@ -16,7 +16,7 @@
 
 #include "daemon/ipc/regions.hpp"
 #include "daemon/ipc/segment.hpp"
-#include "daemon/master/service_status.hpp"
+#include "daemon/metrics/service_status.hpp"
 #include "daemon/sched/group_batcher.hpp"
 #include "nexus/wire/nexus_generated.h"
 

@@ -35,7 +35,7 @@
 #include "daemon/env/dataset_store.hpp"
 #include "daemon/env/env_service.hpp"
 #include "daemon/health/health_manager.hpp"
-#include "daemon/master/service_status.hpp"
+#include "daemon/metrics/service_status.hpp"
 #include "daemon/model/model_service.hpp"
 #include "nexus/wire/nexus_generated.h"
 

@@ -9,7 +9,7 @@
 
 #include <flatbuffers/flatbuffers.h>
 
-#include "daemon/master/job_wire.hpp"
+#include "daemon/ipc/job_wire.hpp"
 #include "daemon/model/model_service.hpp"
 #include "nexus/wire/nexus_generated.h"
 

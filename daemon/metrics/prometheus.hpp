@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "daemon/master/service_status.hpp"
+#include "daemon/metrics/service_status.hpp"
 
 namespace nexus::metrics {
 

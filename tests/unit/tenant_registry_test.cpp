@@ -5,7 +5,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 
-#include "daemon/master/tenant_registry.hpp"
+#include "daemon/ipc/tenant_registry.hpp"
 #include "daemon/state/batched_writer.hpp"
 #include "processes.hpp"
 #include "schema/names.hpp"

@@ -1,4 +1,4 @@
-#include "daemon/master/tenant_registry.hpp"
+#include "daemon/ipc/tenant_registry.hpp"
 
 #include <fstream>
 #include <nlohmann/json.hpp>

@@ -1,9 +1,10 @@
 // A job's record on the wire (JobInfo in nexus.fbs): shared by the tenant's JobStatusReply and
 // the control socket's StatusReply.
+// In ipc, which owns the wire; master includes it for JobStatusReply.
 #pragma once
 #include <flatbuffers/flatbuffers.h>
 
-#include "daemon/master/service_status.hpp"
+#include "daemon/metrics/service_status.hpp"
 #include "nexus/wire/nexus_generated.h"
 
 namespace nexus::daemon {

@@ -1,6 +1,10 @@
 // What the services report for `nexusctl` (status, tenants, jobs, usage, top, metrics): the
 // model service's counters, per-tenant accounting, and every job. Torch-free: the reactor
 // turns it into the StatusReply and the Prometheus exposition.
+//
+// It lives here, below both, because it is the one contract between the front door and the
+// services: ipc's ServicePort returns it, master fills it, metrics renders it, and none of them
+// includes another for it (tools/check_layers.py keeps ipc from including master).
 #pragma once
 #include <cstdint>
 #include <map>
