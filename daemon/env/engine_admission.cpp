@@ -38,7 +38,7 @@ EngineRegistry::~EngineRegistry() {
   for (int fd : wake_)
     if (fd >= 0) ::close(fd);
   if (listener_ >= 0) ::close(listener_);
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   for (auto& e : engines_) {
     std::lock_guard el(e->mu);
     if (e->fd >= 0) ::close(e->fd), e->fd = -1;
@@ -89,7 +89,7 @@ void EngineRegistry::admit(int fd, const std::vector<std::uint8_t>& frame, uid_t
       refusal = "its tasks must be built-in tasks of this nexusd (reach, push)";
   }
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     if (refusal.empty() && static_cast<int>(engines_.size()) >= limits_.max_engines)
       refusal = "nexusd has its " + std::to_string(limits_.max_engines) + " engines ([rollout] max_engines)";
     if (refusal.empty() && !engine->shared) {
@@ -124,7 +124,7 @@ void EngineRegistry::admit(int fd, const std::vector<std::uint8_t>& frame, uid_t
                    "engine=" + engine->name + " id=" + std::to_string(engine->id) + " uid=" + std::to_string(uid) +
                        " shared=" + (engine->shared ? "true" : "false") + " capacity=" +
                        std::to_string(engine->capacity) + " tasks=" + tasks);
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   engines_.push_back(std::move(engine));
 }
 
@@ -144,7 +144,7 @@ void EngineRegistry::read_registration(const std::shared_ptr<Engine>& e) {
       e->fail("it sent something other than EngineDrain on its registration", true);
       return;
     }
-    std::lock_guard lk(mu_);  // with place(): nothing is placed on it once this is set
+    MutexLock lk(mu_);  // with place(): nothing is placed on it once this is set
     if (!e->draining.exchange(true)) {
       e->drain_started = std::chrono::steady_clock::now();
       daemon::log_text(daemon::LogLevel::Info, "rollout_engine_draining",
@@ -159,7 +159,7 @@ void EngineRegistry::read_registration(const std::shared_ptr<Engine>& e) {
 bool EngineRegistry::release_if_done(const std::shared_ptr<Engine>& e, std::chrono::steady_clock::time_point now) {
   bool drained = false, overdue = false;
   {
-    std::lock_guard lk(mu_);  // with place(): a session reserved before this check keeps it
+    MutexLock lk(mu_);  // with place(): a session reserved before this check keeps it
     if (!e->failed && e->draining) {
       if (e->drain_started == std::chrono::steady_clock::time_point{}) e->drain_started = now;  // drained by nexusd
       drained = e->sessions == 0;
@@ -197,7 +197,7 @@ void EngineRegistry::serve() {
   for (;;) {
     std::vector<std::shared_ptr<Engine>> engines;
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(mu_);
       engines = engines_;
     }
     // Polled: the wake pipe, the listener, the pending connections, then the engines (only this

@@ -72,7 +72,7 @@ std::unique_ptr<EngineRegistry::Session> EngineRegistry::place(const std::string
   const Engine* now = current && current->usable() ? &current->engine() : nullptr;
   std::shared_ptr<Engine> best;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     // Own engines first, then the least full (sessions per capacity).
     const auto rank = [&](const Engine& e, int extra) {
       return std::pair{e.shared ? 1 : 0, double(e.sessions + extra) / e.capacity};
@@ -127,7 +127,7 @@ std::unique_ptr<EngineRegistry::Session> EngineRegistry::place(const std::string
 
 std::vector<EngineView> EngineRegistry::engines() const {
   std::vector<EngineView> out;
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   for (const auto& e : engines_)
     out.push_back({e->id, e->name, e->uid, e->shared, e->capacity, e->sessions.load(), e->steps.load(),
                    e->draining.load(), e->tasks,
@@ -136,7 +136,7 @@ std::vector<EngineView> EngineRegistry::engines() const {
 }
 
 int EngineRegistry::live_engines() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   return static_cast<int>(std::count_if(engines_.begin(), engines_.end(), [](const auto& e) {
     return e->shared && !e->failed && !e->draining;
   }));
@@ -145,7 +145,7 @@ int EngineRegistry::live_engines() const {
 int EngineRegistry::drain_least_busy(int n) {
   std::vector<std::pair<int, std::uint64_t>> live;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     for (const auto& e : engines_)
       if (e->shared && !e->failed && !e->draining) live.emplace_back(e->sessions.load(), e->id);
   }
@@ -157,7 +157,7 @@ int EngineRegistry::drain_least_busy(int n) {
 }
 
 bool EngineRegistry::drain(std::uint64_t id) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   for (const auto& e : engines_)
     if (e->id == id && !e->failed && !e->draining.exchange(true)) {
       e->drain_started = std::chrono::steady_clock::now();

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "daemon/env/external_session.hpp"
+#include "daemon/sync/mutex.hpp"
 
 namespace nexus::env {
 
@@ -124,9 +125,9 @@ class EngineRegistry {
   const uid_t daemon_uid_;
   int listener_;
   int wake_[2] = {-1, -1};  // a pipe: the destructor stops the thread through it
-  mutable std::mutex mu_;
-  std::vector<std::shared_ptr<Engine>> engines_;  // GUARDED_BY(mu_)
-  std::uint64_t next_id_ = 1;                     // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<std::shared_ptr<Engine>> engines_ NEXUS_GUARDED_BY(mu_);
+  std::uint64_t next_id_ NEXUS_GUARDED_BY(mu_) = 1;
   std::atomic<int> in_nexusd_{0};
   std::thread thread_;
 };

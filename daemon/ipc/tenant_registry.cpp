@@ -36,7 +36,7 @@ TenantRegistry::TenantRegistry(std::filesystem::path bindings_file, RegistryLimi
 void TenantRegistry::persist(const std::string& name, std::optional<uid_t> owner) {
   if (!writer_) return;
   {
-    std::lock_guard lk(mirror_mu_);
+    MutexLock lk(mirror_mu_);
     if (owner)
       mirror_[name] = *owner;
     else
@@ -47,7 +47,7 @@ void TenantRegistry::persist(const std::string& name, std::optional<uid_t> owner
 
 std::string TenantRegistry::render() const {
   nlohmann::json j = {{"format", "nexus-tenant-bindings-v1"}, {"bindings", nlohmann::json::object()}};
-  std::lock_guard lk(mirror_mu_);
+  MutexLock lk(mirror_mu_);
   for (const auto& [name, owner] : mirror_) j["bindings"][name] = owner;
   return j.dump(1) + "\n";
 }

@@ -20,11 +20,11 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
 #include "daemon/state/batched_writer.hpp"
+#include "daemon/sync/mutex.hpp"
 #include "nexus/wire/nexus_generated.h"
 
 namespace nexus::daemon {
@@ -72,8 +72,8 @@ class TenantRegistry {
   const RegistryLimits limits_;
   std::map<std::string, Entry> names_;
   // The writer's copy of the bindings: changed here (O(log n)) and rendered on its thread.
-  mutable std::mutex mirror_mu_;
-  std::map<std::string, uid_t> mirror_;  // GUARDED_BY(mirror_mu_)
+  mutable Mutex mirror_mu_;
+  std::map<std::string, uid_t> mirror_ NEXUS_GUARDED_BY(mirror_mu_);
   std::map<uid_t, std::size_t> per_uid_;  // names bound to each uid
   std::size_t attached_count_ = 0;
   std::uint64_t next_session_ = 1;

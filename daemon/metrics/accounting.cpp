@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 namespace nexus::metrics {
@@ -49,7 +50,7 @@ void Accounting::roll_history(Clock::time_point now) {
 
 void Accounting::charge(const std::string& tenant, Service s, double seconds, std::uint64_t samples,
                         std::uint64_t steps, std::uint64_t predictions) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   roll_history(Clock::now());
   auto& u = usage_[tenant];
   (s == Service::Inference ? u.infer_s : u.train_s) += seconds;
@@ -59,12 +60,12 @@ void Accounting::charge(const std::string& tenant, Service s, double seconds, st
 }
 
 void Accounting::env_steps(const std::string& tenant, std::uint64_t n) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   usage_[tenant].env_steps += n;
 }
 
 void Accounting::queue_wait(const std::string& tenant, Service s, double us) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   auto& w = waits_[static_cast<int>(s)][tenant];
   w.push_back(us);
   if (w.size() > kWaitWindow) w.pop_front();
@@ -72,7 +73,7 @@ void Accounting::queue_wait(const std::string& tenant, Service s, double us) {
 
 Clock::time_point Accounting::begin(Service s) {
   const auto now = Clock::now();
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   const int i = static_cast<int>(s);
   if (active_[i]++ == 0) active_since_[i] = now;
   return now;
@@ -80,7 +81,7 @@ Clock::time_point Accounting::begin(Service s) {
 
 void Accounting::end(Service s, Clock::time_point started, const std::string& tenant) {
   const auto now = Clock::now();
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   roll_history(now);
   const int i = static_cast<int>(s);
   if (active_[i] > 0 && --active_[i] == 0) busy_s_[i] += std::chrono::duration<double>(now - active_since_[i]).count();
@@ -90,7 +91,7 @@ void Accounting::end(Service s, Clock::time_point started, const std::string& te
 
 Snapshot Accounting::snapshot(std::optional<double> seconds_ago) const {
   const auto now = Clock::now();
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   Snapshot snap;
   snap.wall_s = since_start(now);
   snap.tenants = usage_;
@@ -114,26 +115,26 @@ Snapshot Accounting::snapshot(std::optional<double> seconds_ago) const {
     }
     for (int i = 0; i < kServices; ++i) snap.busy_s[i] -= base->busy_s[i];
   }
-  auto waits = [&](Service s, std::map<std::string, WaitStats>& out) {
+  // A loop, not a lambda: clang's thread-safety analysis does not know a lambda runs under mu_.
+  const std::pair<Service, std::map<std::string, WaitStats>*> kinds[] = {{Service::Training, &snap.train_wait},
+                                                                          {Service::Inference, &snap.infer_wait}};
+  for (const auto& [s, out] : kinds)
     for (const auto& [name, w] : waits_[static_cast<int>(s)]) {
       std::vector<double> v(w.begin(), w.end());
       double sum = 0;
       for (double x : v) sum += x;
-      out[name] = {v.size(), sum, quantile(v, 0.5), quantile(v, 0.99)};
+      (*out)[name] = {v.size(), sum, quantile(v, 0.5), quantile(v, 0.99)};
     }
-  };
-  waits(Service::Training, snap.train_wait);
-  waits(Service::Inference, snap.infer_wait);
   return snap;
 }
 
 std::vector<Interval> Accounting::timeline() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   return timeline_;
 }
 
 void Accounting::record_timeline(bool on) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   record_timeline_ = on;
 }
 

@@ -12,10 +12,11 @@
 #include <cstdint>
 #include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "daemon/sync/mutex.hpp"
 
 namespace nexus::metrics {
 
@@ -83,20 +84,20 @@ class Accounting {
     std::map<std::string, TenantUsage> tenants;
     double busy_s[kServices];
   };
-  void roll_history(Clock::time_point now);  // holds mu_
+  void roll_history(Clock::time_point now) NEXUS_REQUIRES(mu_);
   double since_start(Clock::time_point t) const { return std::chrono::duration<double>(t - start_).count(); }
 
   const Clock::time_point start_ = Clock::now();
-  mutable std::mutex mu_;
-  std::map<std::string, TenantUsage> usage_;                       // GUARDED_BY(mu_)
-  std::map<std::string, std::deque<double>> waits_[kServices];      // GUARDED_BY(mu_)
-  double busy_s_[kServices] = {0, 0, 0};                            // GUARDED_BY(mu_)
-  int active_[kServices] = {0, 0, 0};                               // GUARDED_BY(mu_): spans in progress
-  Clock::time_point active_since_[kServices];                       // GUARDED_BY(mu_)
-  std::deque<History> history_;                                     // GUARDED_BY(mu_)
-  Clock::time_point next_history_;                                  // GUARDED_BY(mu_)
-  bool record_timeline_ = false;                                    // GUARDED_BY(mu_)
-  std::vector<Interval> timeline_;                                  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, TenantUsage> usage_ NEXUS_GUARDED_BY(mu_);
+  std::map<std::string, std::deque<double>> waits_[kServices] NEXUS_GUARDED_BY(mu_);
+  double busy_s_[kServices] NEXUS_GUARDED_BY(mu_) = {0, 0, 0};
+  int active_[kServices] NEXUS_GUARDED_BY(mu_) = {0, 0, 0};  // spans in progress
+  Clock::time_point active_since_[kServices] NEXUS_GUARDED_BY(mu_);
+  std::deque<History> history_ NEXUS_GUARDED_BY(mu_);
+  Clock::time_point next_history_ NEXUS_GUARDED_BY(mu_);
+  bool record_timeline_ NEXUS_GUARDED_BY(mu_) = false;
+  std::vector<Interval> timeline_ NEXUS_GUARDED_BY(mu_);
 };
 
 class BusyScope {

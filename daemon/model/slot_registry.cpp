@@ -72,7 +72,7 @@ SlotEntry* SlotRegistry::find(const std::string& tenant, std::string* refused) {
   if (auto ev = evicted_.find(tenant); ev != evicted_.end()) {
     uid = ev->second;
   } else {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     if (auto o = owners_.find(tenant); o != owners_.end()) uid = o->second;
   }
   if (!uid) return nullptr;
@@ -149,7 +149,7 @@ Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t ui
 void SlotRegistry::retain(const std::string& tenant, TenantSlot& slot) {
   std::set<std::uint64_t> pinned;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     auto it = pins_.find(tenant);
     if (it != pins_.end())
       for (const auto& [v, count] : it->second) pinned.insert(v);
@@ -230,12 +230,12 @@ Result SlotRegistry::load(const std::string& tenant, std::uint32_t uid, const st
 }
 
 void SlotRegistry::pin(const std::string& tenant, std::uint64_t version) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   ++pins_[tenant][version];
 }
 
 void SlotRegistry::unpin(const std::string& tenant, std::uint64_t version) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   auto it = pins_.find(tenant);
   if (it == pins_.end()) return;
   if (--it->second[version] <= 0) it->second.erase(version);
@@ -243,23 +243,23 @@ void SlotRegistry::unpin(const std::string& tenant, std::uint64_t version) {
 }
 
 void SlotRegistry::keep(const std::string& tenant, std::uint64_t version) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   kept_[tenant].insert(version);
 }
 
 void SlotRegistry::attached(const std::string& tenant, std::uint32_t uid) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   detached_.erase(tenant);
   owners_[tenant] = uid;
 }
 
 void SlotRegistry::detached(const std::string& tenant) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   detached_[tenant] = std::chrono::steady_clock::now();
 }
 
 void SlotRegistry::released(const std::string& tenant) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   released_.insert(tenant);
   detached_.erase(tenant);
   kept_.erase(tenant);
@@ -269,7 +269,7 @@ void SlotRegistry::released(const std::string& tenant) {
 void SlotRegistry::apply_releases() {
   std::set<std::string> names;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     names.swap(released_);
   }
   for (const auto& t : names) {
@@ -290,7 +290,7 @@ void SlotRegistry::apply_releases() {
 void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
   std::vector<std::string> due;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     for (auto it = detached_.begin(); it != detached_.end();) {
       if (now - it->second < config_.idle_evict || pins_.count(it->first)) {  // a running evaluation keeps it
         ++it;
@@ -319,7 +319,7 @@ void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
 bool SlotRegistry::evict_longest_detached(std::uint32_t uid, const std::string& except) {
   std::optional<std::pair<std::chrono::steady_clock::time_point, std::string>> oldest;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     for (const auto& [t, since] : detached_) {
       auto s = slots_.find(t);
       if (t == except || s == slots_.end() || s->second.uid != uid || pins_.count(t)) continue;
@@ -333,7 +333,7 @@ bool SlotRegistry::evict_longest_detached(std::uint32_t uid, const std::string& 
   drop(t);
   evicted_[t] = uid;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     detached_.erase(t);
   }
   log_text(LogLevel::Info, "slot_evicted", "tenant=" + t + " reason=\"its owner's slot bound\"");

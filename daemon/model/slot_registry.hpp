@@ -16,13 +16,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 
 #include "daemon/model/model_service.hpp"
 #include "daemon/model/tenant_slot.hpp"
 #include "daemon/model/user_quotas.hpp"
+#include "daemon/sync/mutex.hpp"
 
 namespace nexus::model::detail {
 
@@ -101,12 +101,12 @@ class SlotRegistry {
   std::map<std::string, SlotEntry> slots_;        // executor thread only
   std::map<std::string, std::uint32_t> evicted_;  // executor thread only: evicted idle (owner uid), not resident
 
-  std::mutex mu_;
-  std::map<std::string, std::map<std::uint64_t, int>> pins_;                // GUARDED_BY(mu_)
-  std::map<std::string, std::set<std::uint64_t>> kept_;                     // GUARDED_BY(mu_)
-  std::map<std::string, std::chrono::steady_clock::time_point> detached_;  // GUARDED_BY(mu_)
-  std::map<std::string, std::uint32_t> owners_;                             // GUARDED_BY(mu_): attached as, by uid
-  std::set<std::string> released_;                                          // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, std::map<std::uint64_t, int>> pins_ NEXUS_GUARDED_BY(mu_);
+  std::map<std::string, std::set<std::uint64_t>> kept_ NEXUS_GUARDED_BY(mu_);
+  std::map<std::string, std::chrono::steady_clock::time_point> detached_ NEXUS_GUARDED_BY(mu_);
+  std::map<std::string, std::uint32_t> owners_ NEXUS_GUARDED_BY(mu_);  // attached as, by uid
+  std::set<std::string> released_ NEXUS_GUARDED_BY(mu_);
 };
 
 }  // namespace nexus::model::detail

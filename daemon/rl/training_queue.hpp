@@ -9,8 +9,9 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <mutex>
 #include <optional>
+
+#include "daemon/sync/mutex.hpp"
 
 namespace nexus::rl {
 
@@ -21,8 +22,8 @@ class TrainingQueue {
 
   // Blocks while full; false (record dropped) once the queue is closed.
   bool push(Record r) {
-    std::unique_lock lk(mu_);
-    space_.wait(lk, [&] { return closed_ || items_.size() < capacity_; });
+    MutexLock lk(mu_);
+    while (!closed_ && items_.size() >= capacity_) space_.wait(lk.native());
     if (closed_) return false;
     items_.push_back(std::move(r));
     ready_.notify_one();
@@ -31,8 +32,8 @@ class TrainingQueue {
 
   // Blocks until a record is there; nullopt once closed and drained.
   std::optional<Record> pop() {
-    std::unique_lock lk(mu_);
-    ready_.wait(lk, [&] { return closed_ || !items_.empty(); });
+    MutexLock lk(mu_);
+    while (!closed_ && items_.empty()) ready_.wait(lk.native());
     if (items_.empty()) return std::nullopt;
     Record r = std::move(items_.front());
     items_.pop_front();
@@ -41,23 +42,23 @@ class TrainingQueue {
   }
 
   void close() {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     closed_ = true;
     space_.notify_all();
     ready_.notify_all();
   }
 
   std::size_t depth() const {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     return items_.size();
   }
 
  private:
   const std::size_t capacity_;
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable space_, ready_;
-  std::deque<Record> items_;  // GUARDED_BY(mu_)
-  bool closed_ = false;       // GUARDED_BY(mu_)
+  std::deque<Record> items_ NEXUS_GUARDED_BY(mu_);
+  bool closed_ NEXUS_GUARDED_BY(mu_) = false;
 };
 
 // What the actor does with a record `age` versions older than the policy it would update.
