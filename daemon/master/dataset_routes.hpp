@@ -24,11 +24,6 @@ std::vector<std::uint8_t> handle_dataset_load(env::DatasetStore& store, const Se
 void submit_dataset_sft_step(env::DatasetStore& store, model::ModelService& model, const ServiceRequest& r,
                              std::function<void(std::vector<std::uint8_t>)> reply);
 
-// An SFT step on a batch the daemon sampled (a job's or a DatasetSftStepRequest's): the request
-// holds the batch alive.
-model::Request sampled_sft_request(const std::string& tenant, std::uint32_t uid,
-                                   std::shared_ptr<const env::SampledBatch> batch, std::function<void(model::Result)> done);
-
 // A PredictRequest that names a dataset loaded with normalize: the model request with its state
 // normalised (in a copy it owns) and its answer's actions put back in the dataset's units.
 std::variant<model::Request, ModelRouteError> normalized_predict(env::DatasetStore& store, const ServiceRequest& r,

@@ -135,8 +135,7 @@ std::vector<std::uint8_t> Master::Impl::rl_status(const ServiceRequest& r, bool 
     auto after = jobs.cancel(job->id, r.tenant, r.uid);
     if (auto* info = std::get_if<JobInfo>(&after)) job = *info;
   }
-  // RL's own state names: running, done, failed, stopped.
-  const std::string state = job->state == "finished" ? "done" : job->state == "cancelled" ? "stopped" : job->state;
+  const std::string state = rl_state_name(job->state);
   flatbuffers::FlatBufferBuilder fbb(256);
   const auto& rl = job->rl;
   std::vector<std::string> engines;
@@ -237,7 +236,7 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
 ServicePort::CancelResult Master::cancel_job(std::uint64_t job, uid_t requester) {
   auto r = impl_->jobs.cancel(job, "", requester);
   if (auto* refused = std::get_if<JobRefused>(&r)) return {false, refused->code, refused->reason};
-  return {true, wire::ErrorCode::None, std::get<JobInfo>(r).state};
+  return {true, wire::ErrorCode::None, job_state_name(std::get<JobInfo>(r).state)};
 }
 
 ServicePort::ScaleResult Master::scale(const std::string& what, int count) {

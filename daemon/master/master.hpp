@@ -23,7 +23,7 @@
 #include "daemon/env/external_session.hpp"
 #include "daemon/env/rollout_autoscaler.hpp"
 #include "daemon/ipc/service_port.hpp"
-#include "daemon/master/jobs.hpp"
+#include "daemon/jobs/job_registry.hpp"
 #include "daemon/model/model_service.hpp"
 
 namespace nexus::daemon {

@@ -138,7 +138,7 @@ std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus*
       w.sample("nexus_tenant_queue_wait_seconds_count", base, static_cast<double>(ws.count));
     }
   std::map<std::string, int> states;
-  for (const auto& j : s->jobs) ++states[j.state];
+  for (const auto& j : s->jobs) ++states[job_state_name(j.state)];
   w.family("nexus_jobs", "gauge", "Jobs by state (finished ones are kept for a while).");
   for (const char* st : {"queued", "running", "finished", "failed", "cancelled"})
     w.sample("nexus_jobs", std::string("state=\"") + st + "\"", states[st]);

@@ -15,11 +15,30 @@
 
 namespace nexus::daemon {
 
+// A job's life: queued (waiting for a running place), running, then one of the three ends. The
+// one place it becomes a word is job_state_name (the wire, nexusctl, Prometheus).
+enum class JobState { Queued, Running, Finished, Failed, Cancelled };
+
+constexpr const char* job_state_name(JobState s) {
+  switch (s) {
+    case JobState::Queued: return "queued";
+    case JobState::Running: return "running";
+    case JobState::Finished: return "finished";
+    case JobState::Failed: return "failed";
+    case JobState::Cancelled: return "cancelled";
+  }
+  return "unknown";
+}
+
+constexpr bool job_state_ended(JobState s) {
+  return s == JobState::Finished || s == JobState::Failed || s == JobState::Cancelled;
+}
+
 struct JobInfo {
   std::uint64_t id = 0;
   std::string tenant;
   std::string kind;          // sft, eval, rl
-  std::string state;         // queued, running, finished, failed, cancelled
+  JobState state = JobState::Queued;
   std::string error;         // why it failed
   std::int64_t done = 0, total = 0;  // steps, episodes or updates
   double loss = 0;           // sft: the last step's; rl: the policy loss

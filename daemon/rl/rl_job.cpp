@@ -68,7 +68,7 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
     throw;
   }
   started_ = std::chrono::steady_clock::now();
-  progress_.state = "running";
+  progress_.state = RunState::Running;
   supervise(supervision);
   std::lock_guard lk(threads_mu_);
   producer_ = std::thread([this] { produce(1); });
@@ -111,7 +111,7 @@ void RlJob::stop() {
     // The state with the flag, under mu_: the update loop that sees the flag must not call a
     // stopped job "done", and a synchronous producer checks the flag there before it waits.
     std::lock_guard lk(mu_);
-    if (progress_.state == "running") progress_.state = "stopped";
+    if (progress_.state == RunState::Running) progress_.state = RunState::Stopped;
     stop_ = true;
   }
   queue_.close();
@@ -120,7 +120,7 @@ void RlJob::stop() {
 
 bool RlJob::finished() const {
   std::lock_guard lk(mu_);
-  return progress_.state != "running" && progress_.state != "starting";
+  return progress_.state != RunState::Running && progress_.state != RunState::Starting;
 }
 
 RlProgress RlJob::progress() const {
@@ -139,8 +139,8 @@ RlProgress RlJob::progress() const {
 void RlJob::fail(const std::string& why) {
   {
     std::lock_guard lk(mu_);
-    if (progress_.state == "running") {
-      progress_.state = "failed";
+    if (progress_.state == RunState::Running) {
+      progress_.state = RunState::Failed;
       progress_.error = why;
     }
     stop_ = true;  // under mu_: a synchronous producer checks it there before it waits
@@ -215,7 +215,7 @@ void RlJob::consume(std::uint64_t generation) {
     {
       std::lock_guard lk(mu_);
       // A loop that left early (a stop, a closed queue) did not finish the job.
-      if (progress_.state == "running") progress_.state = it >= config_.iterations ? "done" : "stopped";
+      if (progress_.state == RunState::Running) progress_.state = it >= config_.iterations ? RunState::Done : RunState::Stopped;
       stop_ = true;  // under mu_, as in fail()
     }
     queue_.close();

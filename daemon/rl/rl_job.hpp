@@ -82,8 +82,12 @@ struct RlConfig {
   DemoConfig demos;
 };
 
+// An RL run's life: starting, running, then done (all iterations), stopped (cancelled or its
+// tenant left) or failed. daemon/jobs turns it into a JobState in one place (rl_progress).
+enum class RunState { Starting, Running, Done, Failed, Stopped };
+
 struct RlProgress {
-  std::string state = "starting";  // starting, running, done, failed, stopped
+  RunState state = RunState::Starting;
   std::string error;
   int iterations = 0;
   std::uint64_t version = 0;       // latest published

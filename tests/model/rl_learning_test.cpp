@@ -181,7 +181,7 @@ RlRun run_rl(const std::string& algorithm, int iterations, int sessions, int gro
     }
     const auto p = job.progress();
     INFO(p.error);
-    REQUIRE(p.state == "done");
+    REQUIRE(p.state == rl::RunState::Done);
     last = p.version;
   }
   const auto after = greedy(envs, b, slot, last, kEvalEpisodes, eval_seed);
@@ -232,7 +232,7 @@ TEST_CASE("PPO keeps every truncated episode's true last observation for its val
   while (!job.finished()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   const auto p = job.progress();
   INFO(p.error);
-  REQUIRE(p.state == "done");
+  REQUIRE(p.state == rl::RunState::Done);
   INFO(p.episodes << " episodes, " << p.truncated_episodes << " truncated, " << p.truncations_kept << " kept");
   CHECK(p.truncated_episodes > 0);
   CHECK(p.truncated_episodes <= p.episodes);
@@ -277,8 +277,8 @@ TEST_CASE("A synchronous RL job is the same run for the same seed and acts every
     INFO(algorithm);
     const auto first = run(algorithm), second = run(algorithm);
     INFO(first.progress.error);
-    REQUIRE(first.progress.state == "done");
-    REQUIRE(second.progress.state == "done");
+    REQUIRE(first.progress.state == rl::RunState::Done);
+    REQUIRE(second.progress.state == rl::RunState::Done);
     CHECK(first.progress.records_behind == 0);
     CHECK(second.progress.records_behind == 0);
     CHECK(first.progress.records_dropped == 0);
@@ -363,7 +363,7 @@ TEST_CASE("PPO on push from a warm start on the expert's demonstrations keeps th
     }
     const auto p = job.progress();
     INFO(p.error);
-    REQUIRE(p.state == "done");
+    REQUIRE(p.state == rl::RunState::Done);
     last = p.version;
     demo_loss = p.demo_loss;
   }

@@ -63,7 +63,7 @@ TEST_CASE("the exposition names every family once, with HELP and TYPE before its
   st.usage.wall_s = 10;
   st.usage.tenants["alice"] = {1.0, 0.5, 10, 2, 3, 4};
   st.usage.train_wait["alice"] = {5, 100, 10, 40};
-  st.jobs.push_back({.id = 1, .tenant = "alice", .kind = "sft", .state = "running"});
+  st.jobs.push_back({.id = 1, .tenant = "alice", .kind = "sft", .state = nexus::daemon::JobState::Running});
   const auto text = render_prometheus({12.5, 1, 4096}, &st);
   CHECK_THAT(text, Catch::Contains("nexus_tenant_compute_seconds_total{tenant=\"alice\",queue=\"training\"} 1\n"));
   CHECK_THAT(text, Catch::Contains("# TYPE nexus_tenant_queue_wait_seconds summary\n"));

@@ -1,6 +1,6 @@
 // RL jobs as registry jobs: an rl::RlJob on the tenant's policy port (LibTorch: the one job
 // translation unit that includes it).
-#include "daemon/master/job.hpp"
+#include "daemon/jobs/job.hpp"
 #include "daemon/model/policy_port.hpp"
 #include "daemon/rl/rl_job.hpp"
 
@@ -75,7 +75,13 @@ std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, con
 
 void rl_progress(const RlRun& run, JobInfo& info) {
   const auto p = run.job().progress();
-  info.state = p.state == "done" ? "finished" : p.state == "stopped" ? "cancelled" : p.state == "failed" ? "failed" : "running";
+  switch (p.state) {  // the RL run's states as a job's: the one conversion
+    case rl::RunState::Done: info.state = JobState::Finished; break;
+    case rl::RunState::Stopped: info.state = JobState::Cancelled; break;
+    case rl::RunState::Failed: info.state = JobState::Failed; break;
+    case rl::RunState::Starting:
+    case rl::RunState::Running: info.state = JobState::Running; break;
+  }
   info.error = p.error;
   info.done = p.iterations;
   info.loss = p.policy_loss;

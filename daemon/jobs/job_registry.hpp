@@ -57,7 +57,7 @@ struct JobRefused {
   std::string reason;
 };
 
-class RlRun;  // jobs_rl.cpp (LibTorch): an RL job in progress
+class RlRun;  // rl_runs.cpp (LibTorch): an RL job in progress
 struct RlRunDeleter {
   void operator()(RlRun* run) const;
 };
@@ -95,7 +95,7 @@ class JobRegistry {
   void run_sft(Job& job, std::uint64_t generation);  // the job's thread; returns when superseded
   void run_eval(Job& job, std::uint64_t generation);
   bool superseded(Job& job, std::uint64_t generation);  // a restart handed the loop on
-  void finish(Job& job, const std::string& state, const std::string& error);
+  void finish(Job& job, JobState state, const std::string& error);  // state: one of the ends
   static JobInfo info_of(const Job& job);        // holds job's lock
   void reap();                                   // the reaper thread
 

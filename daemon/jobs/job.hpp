@@ -1,4 +1,4 @@
-// A job's record inside the JobRegistry (jobs.hpp): what it runs, its state, its thread.
+// A job's record inside the JobRegistry (job_registry.hpp): what it runs, its state, its thread.
 #pragma once
 #include <atomic>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "daemon/master/jobs.hpp"
+#include "daemon/jobs/job_registry.hpp"
 
 namespace nexus::daemon {
 
@@ -43,11 +43,11 @@ struct JobRegistry::Job {
 
   bool terminal() const {
     std::lock_guard lk(mu);
-    return info.state == "finished" || info.state == "failed" || info.state == "cancelled";
+    return job_state_ended(info.state);
   }
 };
 
-// RL runs (jobs_rl.cpp): started with the tenant's policy port; progress as a JobInfo.
+// RL runs (rl_runs.cpp): started with the tenant's policy port; progress as a JobInfo.
 // Its loops are roles "job-<id>-rollout" and "job-<id>-update" of `health` (optional). A
 // demo_dataset is sampled from `datasets` (this tenant's) for the behaviour-cloning term.
 std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const wire::RlStartRequest& r,

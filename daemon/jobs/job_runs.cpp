@@ -4,8 +4,8 @@
 #include <thread>
 
 #include "daemon/fault/fault_plan.hpp"
-#include "daemon/master/dataset_routes.hpp"
-#include "daemon/master/job.hpp"
+#include "daemon/jobs/sampled_step.hpp"
+#include "daemon/jobs/job.hpp"
 #include "schema/tokenizer.hpp"
 
 namespace nexus::daemon {
@@ -54,22 +54,22 @@ void JobRegistry::run_sft(Job& job, std::uint64_t generation) {
       std::this_thread::sleep_for(limits_.heartbeat * 3);
       if (superseded(job, generation)) return;
     }
-    if (job.cancelled) return finish(job, "cancelled", "");
+    if (job.cancelled) return finish(job, JobState::Cancelled, "");
     std::shared_ptr<const env::SampledBatch> batch;
     try {
       batch = std::make_shared<env::SampledBatch>(
           datasets_.sample(tenant, s.dataset, s.batch, s.chunk, model_.backbone().max_tokens));
     } catch (const std::exception& e) {
-      return finish(job, "failed", e.what());
+      return finish(job, JobState::Failed, e.what());
     }
     const auto r = call(model_, sampled_sft_request(tenant, job.owner, std::move(batch), nullptr), job.role.get());
     if (superseded(job, generation)) return;
-    if (const auto why = failure_of(r); !why.empty()) return finish(job, "failed", why);
+    if (const auto why = failure_of(r); !why.empty()) return finish(job, JobState::Failed, why);
     std::lock_guard lk(job.mu);
     job.info.done = step + 1;
     job.info.loss = std::get<model::Stepped>(r).loss;
   }
-  if (!superseded(job, generation)) finish(job, "finished", "");
+  if (!superseded(job, generation)) finish(job, JobState::Finished, "");
 }
 
 void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
@@ -79,9 +79,9 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
   digest.tenant = tenant;
   digest.op = model::op::Digest{};
   const auto d = call(model_, std::move(digest), job.role.get());
-  if (const auto why = failure_of(d); !why.empty()) return finish(job, "failed", why);
+  if (const auto why = failure_of(d); !why.empty()) return finish(job, JobState::Failed, why);
   const std::uint64_t version = e.version ? e.version : std::get<model::SlotDigest>(d).latest_version;
-  if (version == 0) return finish(job, "failed", "no published version: publish one (evaluation never reads the live head)");
+  if (version == 0) return finish(job, JobState::Failed, "no published version: publish one (evaluation never reads the live head)");
   model_.pin_version(tenant, version);  // kept published while we read it
   struct Unpin {
     model::ModelService& m;
@@ -98,7 +98,7 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
   try {
     opened = envs_.open(tenant, e.task, e.episodes, static_cast<int>(bb.image_size), 0);
   } catch (const std::exception& ex) {
-    return finish(job, "failed", ex.what());
+    return finish(job, JobState::Failed, ex.what());
   }
   struct Close {
     env::EnvService& envs;
@@ -119,7 +119,7 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
   for (std::int64_t i = 0; i < n; ++i) seeds.push_back(e.seed + static_cast<std::uint64_t>(i));
   auto reset = envs_.reset(tenant, opened.ids, seeds, buf->images.data(), buf->state.data());
   for (std::int64_t i = 0; i < n; ++i) {
-    if (!reset[static_cast<std::size_t>(i)].error.empty()) return finish(job, "failed", reset[static_cast<std::size_t>(i)].error);
+    if (!reset[static_cast<std::size_t>(i)].error.empty()) return finish(job, JobState::Failed, reset[static_cast<std::size_t>(i)].error);
     schema::tokenize_bytes(reset[static_cast<std::size_t>(i)].instruction, &buf->tokens[static_cast<std::size_t>(i * bb.max_tokens)],
                            &buf->mask[static_cast<std::size_t>(i * bb.max_tokens)], bb.max_tokens);
   }
@@ -129,7 +129,7 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
   for (int t = 0; t < opened.spec.max_steps && ended < n; ++t) {
     if (superseded(job, generation)) return;  // a restart runs the evaluation again from the start
     if (job.role) job.role->beat();
-    if (job.cancelled) return finish(job, "cancelled", "");
+    if (job.cancelled) return finish(job, JobState::Cancelled, "");
     model::Request predict;
     predict.tenant = tenant;
     model::op::Predict p;
@@ -141,7 +141,7 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
     predict.op = std::move(p);
     predict.keepalive = buf;
     const auto r = call(model_, std::move(predict), job.role.get());
-    if (const auto why = failure_of(r); !why.empty()) return finish(job, "failed", why);
+    if (const auto why = failure_of(r); !why.empty()) return finish(job, JobState::Failed, why);
     const auto& pred = std::get<model::Predicted>(r);
     const auto per_row = static_cast<std::size_t>(pred.shape[1] * pred.shape[2]);  // chunk x action_dim
     const auto adim = static_cast<std::size_t>(pred.shape[2]);
@@ -160,7 +160,7 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
     const auto out = envs_.step(tenant, ids, actions, images.data(), state.data());
     for (std::size_t j = 0; j < rows.size(); ++j) {
       const auto i = rows[j];
-      if (!out[j].error.empty()) return finish(job, "failed", out[j].error);
+      if (!out[j].error.empty()) return finish(job, JobState::Failed, out[j].error);
       std::copy_n(&images[j * image_bytes], image_bytes, &buf->images[i * image_bytes]);
       const auto sd = static_cast<std::size_t>(buf->state_dim);
       std::copy_n(&state[j * sd], sd, &buf->state[i * sd]);
@@ -182,7 +182,7 @@ void JobRegistry::run_eval(Job& job, std::uint64_t generation) {
     job.info.done = n;
     job.info.success_rate = double(successes) / static_cast<double>(n);
   }
-  finish(job, "finished", "");
+  finish(job, JobState::Finished, "");
 }
 
 }  // namespace nexus::daemon

@@ -1,11 +1,11 @@
 // The job registry's lifecycle: start, bounds, admission, listing, cancellation, reaping. The
-// work itself is in job_runs.cpp (sft, eval) and jobs_rl.cpp (rl).
-#include "daemon/master/jobs.hpp"
+// work itself is in job_runs.cpp (sft, eval) and rl_runs.cpp (rl).
+#include "daemon/jobs/job_registry.hpp"
 
 #include <system_error>
 
+#include "daemon/jobs/job.hpp"
 #include "daemon/log/log_text.hpp"
-#include "daemon/master/job.hpp"
 
 namespace nexus::daemon {
 
@@ -81,7 +81,7 @@ void JobRegistry::admit_waiting() {
   }
   for (Job* j : admitted) start_running(*j);
   for (Job* j : cancelled) {
-    finish(*j, "cancelled", "");
+    finish(*j, JobState::Cancelled, "");
     ended(*j);
   }
 }
@@ -89,7 +89,7 @@ void JobRegistry::admit_waiting() {
 void JobRegistry::start_running(Job& j) {
   {
     std::lock_guard jl(j.mu);
-    j.info.state = "running";
+    j.info.state = JobState::Running;
     j.started = std::chrono::steady_clock::now();
   }
   if (health_ && !j.role)  // a silent loop is restarted: SFT continues from its last step, an evaluation starts over
@@ -104,7 +104,7 @@ void JobRegistry::start_running(Job& j) {
           std::lock_guard lk(mu_);
           if (j.exited) return;
           if (j.thread.joinable()) j.superseded_threads.push_back(std::move(j.thread));
-          finish(j, "failed", why);
+          finish(j, JobState::Failed, why);
           ended(j);
         });
   if (!launch(j)) ended(j);
@@ -126,12 +126,12 @@ bool JobRegistry::launch(Job& j) {
         error = "unknown exception";
       }
       if (superseded(j, generation)) return;  // the loop that replaced us reports for the job
-      if (!error.empty()) finish(j, "failed", error);
+      if (!error.empty()) finish(j, JobState::Failed, error);
       std::lock_guard lk(mu_);
       ended(j);
     });
   } catch (const std::system_error& e) {
-    finish(j, "failed", std::string("nexusd cannot start a thread for this job: ") + e.what());
+    finish(j, JobState::Failed, std::string("nexusd cannot start a thread for this job: ") + e.what());
     return false;
   }
   return true;
@@ -170,7 +170,7 @@ std::variant<std::uint64_t, JobRefused> JobRegistry::start(const std::string& te
   job->owner = owner;
   job->info.tenant = tenant;
   job->info.kind = s.kind()->str();
-  job->info.state = "queued";
+  job->info.state = JobState::Queued;
   if (job->info.kind == "sft") {
     job->sft = {s.dataset() ? s.dataset()->str() : "", s.steps(), s.batch(), s.chunk()};
     if (job->sft.dataset.empty() || job->sft.steps < 1 || job->sft.steps > 10'000'000 || job->sft.batch < 1 ||
@@ -218,7 +218,7 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   job->owner = owner;
   job->info.tenant = tenant;
   job->info.kind = "rl";
-  job->info.state = "running";
+  job->info.state = JobState::Running;
   job->info.total = r.iterations();
   job->admitted = true;
   std::uint64_t first = 0;
@@ -239,14 +239,14 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   return std::pair{id, first};
 }
 
-void JobRegistry::finish(Job& job, const std::string& state, const std::string& error) {
+void JobRegistry::finish(Job& job, JobState state, const std::string& error) {
   {
     std::lock_guard lk(job.mu);
     job.info.state = state;
     job.info.error = error;
     job.ended = std::chrono::steady_clock::now();
   }
-  log_text(state == "failed" ? LogLevel::Warn : LogLevel::Info, "job_" + state,
+  log_text(state == JobState::Failed ? LogLevel::Warn : LogLevel::Info, std::string("job_") + job_state_name(state),
            "job=" + std::to_string(job.info.id) + " tenant=" + job.info.tenant + " kind=" + job.info.kind +
                (error.empty() ? "" : " reason=\"" + error + "\""));
 }
