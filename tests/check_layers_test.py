@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tools/check_layers.py fails on what it must catch: an include from ipc into a service, a
-cycle between daemon folders, a file of 400 lines; and passes a tree without them."""
+cycle between daemon folders, a file of 400 lines, a FlatBuffers header in a service; and passes
+a tree without them."""
 import pathlib
 import subprocess
 import sys
@@ -34,9 +35,15 @@ assert rc == 1 and "ipc includes daemon/master/" in out and "ipc/status.cpp:1" i
 rc, out = run({**clean, "model/slot.cpp": '#include "daemon/master/master.hpp"\n'})
 assert rc == 1 and "cycle between daemon folders" in out and "master -> model -> master" in out, out
 
+rc, out = run({**clean, "jobs/job_registry.hpp": '#include "nexus/wire/nexus_generated.h"\n'})
+assert rc == 1 and "the jobs service includes a FlatBuffers header" in out, out
+
+rc, out = run({**clean, "master/routes.cpp": '#include <flatbuffers/flatbuffers.h>\n'})
+assert rc == 0, out  # master decodes the wire
+
 rc, out = run({**clean, "env/long.cpp": "int x;\n" * 400})
 assert rc == 1 and "env/long.cpp: 400 lines" in out, out
 
 rc, out = run({**clean, "env/short.cpp": "int x;\n" * 399})
 assert rc == 0, out
-print("check_layers catches an ipc -> service include, a folder cycle and a 400-line file")
+print("check_layers catches an ipc -> service include, a folder cycle, a 400-line file and the wire in a service")

@@ -7,7 +7,10 @@ so nothing in a service can reach back into a tenant's segment or the reactor. C
 
   1. no #include from daemon/ipc/ into daemon/{master,jobs,model,env,rl}/;
   2. no cycle between daemon folders (a folder is daemon/<name>/, its subfolders included);
-  3. every daemon source file is under 400 lines.
+  3. every daemon source file is under 400 lines;
+  4. the services (jobs, model, env, rl) include no FlatBuffers header: they take typed requests,
+     and the tenants' wire is ipc's and master's. (env's protocol with simulator processes,
+     schema/ext_frame.hpp, is its own and not counted.)
 
 A .cpp and its .hpp over 400 lines together are listed but do not fail the check: most are
 one class whose header is its documentation (see the note on issue 36).
@@ -23,6 +26,7 @@ import sys
 SERVICES_BELOW_IPC = {"master", "jobs", "model", "env", "rl"}
 MAX_LINES = 400
 INCLUDE = re.compile(r'^\s*#\s*include\s+"daemon/([a-z_]+)/')
+WIRE = re.compile(r'^\s*#\s*include\s+[<"](flatbuffers/|nexus/wire/|[a-z_]+_generated\.h)')
 
 
 def folder_of(path, daemon):
@@ -72,6 +76,9 @@ def main():
         lines[path] = len(text)
         here = folder_of(path, daemon)
         for number, line in enumerate(text, 1):
+            if here in SERVICES_BELOW_IPC - {"master"} and WIRE.match(line):
+                problems.append(f"{path.relative_to(args.root)}:{number}: the {here} service includes a FlatBuffers "
+                                "header (services take typed requests; decoding is ipc's and master's)")
             m = INCLUDE.match(line)
             if not m or here is None or m.group(1) == here:
                 continue

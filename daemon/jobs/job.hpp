@@ -12,18 +12,6 @@
 
 namespace nexus::daemon {
 
-struct SftJobSpec {
-  std::string dataset;
-  int steps = 100, batch = 32, chunk = 1;
-};
-
-struct EvalJobSpec {
-  std::string task;
-  std::uint64_t version = 0;  // 0: the latest published
-  int episodes = 50;
-  std::uint64_t seed = 0;
-};
-
 struct JobRegistry::Job {
   mutable std::mutex mu;
   JobInfo info;  // GUARDED_BY(mu)
@@ -50,7 +38,7 @@ struct JobRegistry::Job {
 // RL runs (rl_runs.cpp): started with the tenant's policy port; progress as a JobInfo.
 // Its loops are roles "job-<id>-rollout" and "job-<id>-update" of `health` (optional). A
 // demo_dataset is sampled from `datasets` (this tenant's) for the behaviour-cloning term.
-std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const wire::RlStartRequest& r,
+std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const RlJobSpec& r,
                                                   model::ModelService& model, env::EnvService& envs,
                                                   env::DatasetStore& datasets, HealthManager* health, std::uint64_t id, const JobLimits& limits,
                                                   std::uint64_t& first_version);  // throws std::runtime_error

@@ -35,11 +35,11 @@ JobRegistry::~JobRegistry() {
 std::optional<JobRefused> JobRegistry::over_bounds(const std::string& tenant) const {
   const auto mine = active_of_.count(tenant) ? active_of_.at(tenant) : 0;
   if (mine >= limits_.max_per_tenant)
-    return JobRefused{wire::ErrorCode::LimitExceeded,
+    return JobRefused{JobRefusal::OverBound,
                       "this tenant has " + std::to_string(mine) +
                           " jobs queued or running, the most it may ([jobs] max_per_tenant): wait for one to end or cancel one"};
   if (static_cast<int>(active_) >= limits_.max_jobs)
-    return JobRefused{wire::ErrorCode::LimitExceeded, "nexusd has " + std::to_string(active_) +
+    return JobRefused{JobRefusal::OverBound, "nexusd has " + std::to_string(active_) +
                                                           " jobs queued or running, its bound ([jobs] max_jobs): try later"};
   return std::nullopt;
 }
@@ -165,29 +165,29 @@ std::uint64_t JobRegistry::add(std::unique_ptr<Job> job, std::uint64_t id) {
 }
 
 std::variant<std::uint64_t, JobRefused> JobRegistry::start(const std::string& tenant, uid_t owner,
-                                                           const wire::JobSpec& s) {
+                                                           const JobRequest& s) {
   auto job = std::make_unique<Job>();
   job->owner = owner;
   job->info.tenant = tenant;
-  job->info.kind = s.kind()->str();
+  job->info.kind = s.kind;
   job->info.state = JobState::Queued;
   if (job->info.kind == "sft") {
-    job->sft = {s.dataset() ? s.dataset()->str() : "", s.steps(), s.batch(), s.chunk()};
+    job->sft = s.sft;
     if (job->sft.dataset.empty() || job->sft.steps < 1 || job->sft.steps > 10'000'000 || job->sft.batch < 1 ||
         job->sft.batch > 4096 || job->sft.chunk < 1 || job->sft.chunk > 64)
-      return JobRefused{wire::ErrorCode::BadMessage,
+      return JobRefused{JobRefusal::BadSpec,
                         "sft jobs need a loaded dataset's name, steps 1..10000000, batch 1..4096, chunk 1..64"};
     job->info.total = job->sft.steps;
   } else if (job->info.kind == "eval") {
-    job->eval = {s.task() ? s.task()->str() : "", s.version(), s.episodes(), s.seed()};
+    job->eval = s.eval;
     if (job->eval.task.empty() || job->eval.episodes < 1 || job->eval.episodes > 256)
-      return JobRefused{wire::ErrorCode::BadMessage, "eval jobs need a task and 1..256 episodes"};
+      return JobRefused{JobRefusal::BadSpec, "eval jobs need a task and 1..256 episodes"};
     job->info.total = job->eval.episodes;
   } else {
-    return JobRefused{wire::ErrorCode::BadMessage, "job kind must be sft or eval (RL jobs: RlStartRequest)"};
+    return JobRefused{JobRefusal::BadSpec, "job kind must be sft or eval (RL jobs: RlStartRequest)"};
   }
   std::lock_guard lk(mu_);
-  if (stop_) return JobRefused{wire::ErrorCode::Internal, "nexusd is stopping"};
+  if (stop_) return JobRefused{JobRefusal::Stopping, "nexusd is stopping"};
   if (auto refused = over_bounds(tenant)) return *refused;
   Job& j = *job;
   const auto id = add(std::move(job));
@@ -201,14 +201,14 @@ std::variant<std::uint64_t, JobRefused> JobRegistry::start(const std::string& te
 
 std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::start_rl(const std::string& tenant,
                                                                                         uid_t owner,
-                                                                                        const wire::RlStartRequest& r) {
+                                                                                        const RlJobSpec& r) {
   std::uint64_t id = 0;
   {
     std::lock_guard lk(mu_);
-    if (stop_) return JobRefused{wire::ErrorCode::Internal, "nexusd is stopping"};
+    if (stop_) return JobRefused{JobRefusal::Stopping, "nexusd is stopping"};
     for (const auto& [other, job] : jobs_)
       if (job->rl && job->info.tenant == tenant && !rl_finished(*job->rl))
-        return JobRefused{wire::ErrorCode::JobFailed, "an RL job of this tenant is running: stop it first"};
+        return JobRefused{JobRefusal::CannotStart, "an RL job of this tenant is running: stop it first"};
     if (auto refused = over_bounds(tenant)) return *refused;
     id = next_id_++;  // its loops' role names carry it
     ++active_, ++active_of_[tenant];  // its places, held while it is set up
@@ -219,7 +219,7 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   job->info.tenant = tenant;
   job->info.kind = "rl";
   job->info.state = JobState::Running;
-  job->info.total = r.iterations();
+  job->info.total = r.iterations;
   job->admitted = true;
   std::uint64_t first = 0;
   std::string error;
@@ -233,7 +233,7 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   std::lock_guard lk(mu_);
   if (!error.empty()) {
     ended(*job);  // gives its places back
-    return JobRefused{wire::ErrorCode::JobFailed, error};
+    return JobRefused{JobRefusal::CannotStart, error};
   }
   add(std::move(job), id);
   return std::pair{id, first};
@@ -279,7 +279,7 @@ std::variant<JobInfo, JobRefused> JobRegistry::cancel(std::uint64_t id, const st
   // A job the requester may not touch reads like one that does not exist.
   const bool mine = it != jobs_.end() && (tenant.empty() ? (requester == 0 || requester == it->second->owner)
                                                           : it->second->info.tenant == tenant);
-  if (!mine) return JobRefused{wire::ErrorCode::UnknownJob, "no job " + std::to_string(id) + " of yours"};
+  if (!mine) return JobRefused{JobRefusal::UnknownJob, "no job " + std::to_string(id) + " of yours"};
   Job& job = *it->second;
   job.cancelled = true;
   if (job.rl) rl_stop(*job.rl);

@@ -37,7 +37,6 @@
 #include "daemon/health/health_manager.hpp"
 #include "daemon/metrics/service_status.hpp"
 #include "daemon/model/model_service.hpp"
-#include "nexus/wire/nexus_generated.h"
 
 namespace nexus::daemon {
 
@@ -52,8 +51,48 @@ struct JobLimits {
   int max_jobs = 1024;      // queued or running, every tenant's
 };
 
+// What a job is asked to do, as master decoded it from the wire (JobSpec, RlStartRequest): jobs
+// never see FlatBuffers. The ranges are checked here, in start() and start_rl().
+struct SftJobSpec {
+  std::string dataset;  // a dataset this tenant loaded
+  int steps = 100, batch = 32, chunk = 1;
+};
+struct EvalJobSpec {
+  std::string task;
+  std::uint64_t version = 0;  // 0: the latest published
+  int episodes = 50;
+  std::uint64_t seed = 0;     // episode i is reset with seed + i
+};
+struct JobRequest {
+  std::string kind;  // sft or eval
+  SftJobSpec sft;
+  EvalJobSpec eval;
+};
+struct RlJobSpec {  // nexus.fbs's RlStartRequest says what each means
+  std::string algorithm, task;
+  int sessions = 16, horizon = 32, group_size = 8, iterations = 50, max_steps = 0;
+  std::uint64_t seed = 1;
+  int epochs = 4, minibatch = 256;
+  double clip = 0.2, gamma = 0.99, lambda = 0.95, entropy = 0, value_lr = 1e-3;
+  int max_staleness = 2;
+  bool downweight_stale = false;
+  int queue_capacity = 2;
+  std::string demo_dataset;
+  double demo_weight = 0;
+  int demo_batch = 128;
+  bool synchronous = false;
+};
+
+// Why a job cannot start or be found; master gives each its wire ErrorCode.
+enum class JobRefusal {
+  BadSpec,         // out of range or unknown kind
+  OverBound,       // the tenant's or nexusd's bound on jobs
+  CannotStart,     // an RL job of the tenant runs, or its set-up failed
+  UnknownJob,      // no such job of the requester's
+  Stopping,        // nexusd is stopping
+};
 struct JobRefused {
-  wire::ErrorCode code;
+  JobRefusal code;
   std::string reason;
 };
 
@@ -71,10 +110,10 @@ class JobRegistry {
   JobRegistry& operator=(const JobRegistry&) = delete;
 
   // A job id, or why it cannot start (bad spec, one RL job per tenant at a time, a bound).
-  std::variant<std::uint64_t, JobRefused> start(const std::string& tenant, uid_t owner, const wire::JobSpec& spec);
+  std::variant<std::uint64_t, JobRefused> start(const std::string& tenant, uid_t owner, const JobRequest& spec);
   // RL jobs keep their own request (RlStartRequest): the job id and the starting version.
   std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> start_rl(const std::string& tenant, uid_t owner,
-                                                                            const wire::RlStartRequest& r);
+                                                                            const RlJobSpec& r);
 
   std::vector<JobInfo> list(const std::optional<std::string>& tenant = std::nullopt) const;
   std::optional<JobInfo> find(std::uint64_t id) const;

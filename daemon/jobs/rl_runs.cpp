@@ -25,11 +25,11 @@ namespace {
 
 // The behaviour-cloning term's demonstrations: batches the Environment Service's dataset side
 // samples from the tenant's own loaded file (the RL job checks that they fit the task).
-rl::DemoConfig demo_config(const std::string& tenant, const wire::RlStartRequest& r, env::DatasetStore& datasets,
+rl::DemoConfig demo_config(const std::string& tenant, const RlJobSpec& r, env::DatasetStore& datasets,
                            std::int64_t max_tokens) {
   rl::DemoConfig d;
-  d.weight = r.demo_weight(), d.batch = r.demo_batch();
-  const std::string name = r.demo_dataset() ? r.demo_dataset()->str() : "";
+  d.weight = r.demo_weight, d.batch = r.demo_batch;
+  const std::string name = r.demo_dataset;
   if (d.weight == 0 && name.empty()) return d;  // a named dataset is checked even at weight 0
   if (name.empty()) throw std::runtime_error("demo_weight needs demo_dataset: a dataset this tenant loaded");
   d.sample = [&datasets, tenant, name, max_tokens](std::int64_t n) {
@@ -52,18 +52,18 @@ rl::DemoConfig demo_config(const std::string& tenant, const wire::RlStartRequest
 
 }  // namespace
 
-std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const wire::RlStartRequest& r,
+std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const RlJobSpec& r,
                                                   model::ModelService& model, env::EnvService& envs,
                                                   env::DatasetStore& datasets, HealthManager* health, std::uint64_t id,
                                                   const JobLimits& limits, std::uint64_t& first_version) {
   rl::RlConfig c;
-  c.algorithm = r.algorithm()->str();
-  c.task = r.task()->str();
-  c.sessions = r.sessions(), c.horizon = r.horizon(), c.group_size = r.group_size(), c.iterations = r.iterations();
-  c.max_steps = r.max_steps(), c.seed = r.seed(), c.queue_capacity = std::clamp(r.queue_capacity(), 1, 8);
-  c.synchronous = r.synchronous();
-  c.staleness = {std::max(0, r.max_staleness()), r.downweight_stale() ? rl::StalePolicy::Downweight : rl::StalePolicy::Drop};
-  c.update = {r.epochs(), r.minibatch(), r.clip(), r.gamma(), r.lambda(), r.entropy(), 0.5, r.value_lr()};
+  c.algorithm = r.algorithm;
+  c.task = r.task;
+  c.sessions = r.sessions, c.horizon = r.horizon, c.group_size = r.group_size, c.iterations = r.iterations;
+  c.max_steps = r.max_steps, c.seed = r.seed, c.queue_capacity = std::clamp(r.queue_capacity, 1, 8);
+  c.synchronous = r.synchronous;
+  c.staleness = {std::max(0, r.max_staleness), r.downweight_stale ? rl::StalePolicy::Downweight : rl::StalePolicy::Drop};
+  c.update = {r.epochs, r.minibatch, r.clip, r.gamma, r.lambda, r.entropy, 0.5, r.value_lr};
   if (c.iterations > 100000 || c.update.epochs > 32 || c.update.minibatch > 4096)
     throw std::runtime_error("iterations <= 100000, epochs <= 32, minibatch <= 4096");
   c.demos = demo_config(tenant, r, datasets, model.backbone().max_tokens);

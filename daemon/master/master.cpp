@@ -9,6 +9,7 @@
 
 #include "daemon/master/dataset_routes.hpp"
 #include "daemon/master/env_routes.hpp"
+#include "daemon/master/job_requests.hpp"
 #include "daemon/master/master_impl.hpp"
 #include "daemon/master/model_routes.hpp"
 #include "daemon/master/wire_replies.hpp"
@@ -105,18 +106,18 @@ void Master::Impl::on_lane(const ServiceRequest& r, const std::function<void(std
       return answer(handle_dataset_load(datasets, r, image_size, model.backbone().max_views));
     case wire::Body::DatasetSftStepRequest: return submit_dataset_sft_step(datasets, model, r, answer);
     case wire::Body::RlStartRequest: {
-      auto started = jobs.start_rl(r.tenant, r.uid, *msg->body_as_RlStartRequest());
+      auto started = jobs.start_rl(r.tenant, r.uid, rl_job_spec(*msg->body_as_RlStartRequest()));
       if (auto* refused = std::get_if<JobRefused>(&started))
-        return answer(error_reply(r.request_id, refused->code, refused->reason));
+        return answer(error_reply(r.request_id, wire_code(refused->code), refused->reason));
       flatbuffers::FlatBufferBuilder fbb(64);
       const auto first = std::get<std::pair<std::uint64_t, std::uint64_t>>(started).second;
       return answer(finish_reply(fbb, r.request_id, wire::Body::RlStartReply, wire::CreateRlStartReply(fbb, first).Union()));
     }
     case wire::Body::RlStatusRequest: return answer(rl_status(r, msg->body_as_RlStatusRequest()->stop()));
     case wire::Body::JobStartRequest: {
-      auto started = jobs.start(r.tenant, r.uid, *msg->body_as_JobStartRequest()->spec());
+      auto started = jobs.start(r.tenant, r.uid, job_request(*msg->body_as_JobStartRequest()->spec()));
       if (auto* refused = std::get_if<JobRefused>(&started))
-        return answer(error_reply(r.request_id, refused->code, refused->reason));
+        return answer(error_reply(r.request_id, wire_code(refused->code), refused->reason));
       flatbuffers::FlatBufferBuilder fbb(64);
       return answer(finish_reply(fbb, r.request_id, wire::Body::JobStartReply,
                                  wire::CreateJobStartReply(fbb, std::get<std::uint64_t>(started)).Union()));
@@ -160,10 +161,10 @@ std::vector<std::uint8_t> Master::Impl::job_status(const ServiceRequest& r, cons
   } else {
     auto job = q.cancel() ? jobs.cancel(q.job(), r.tenant, r.uid) : [&]() -> std::variant<JobInfo, JobRefused> {
       auto j = jobs.find(q.job());
-      if (!j || j->tenant != r.tenant) return JobRefused{wire::ErrorCode::UnknownJob, "no job " + std::to_string(q.job()) + " of yours"};
+      if (!j || j->tenant != r.tenant) return JobRefused{JobRefusal::UnknownJob, "no job " + std::to_string(q.job()) + " of yours"};
       return *j;
     }();
-    if (auto* refused = std::get_if<JobRefused>(&job)) return error_reply(r.request_id, refused->code, refused->reason);
+    if (auto* refused = std::get_if<JobRefused>(&job)) return error_reply(r.request_id, wire_code(refused->code), refused->reason);
     found.push_back(std::get<JobInfo>(job));
   }
   flatbuffers::FlatBufferBuilder fbb(256 + 128 * found.size());
@@ -235,7 +236,7 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
 
 ServicePort::CancelResult Master::cancel_job(std::uint64_t job, uid_t requester) {
   auto r = impl_->jobs.cancel(job, "", requester);
-  if (auto* refused = std::get_if<JobRefused>(&r)) return {false, refused->code, refused->reason};
+  if (auto* refused = std::get_if<JobRefused>(&r)) return {false, wire_code(refused->code), refused->reason};
   return {true, wire::ErrorCode::None, job_state_name(std::get<JobInfo>(r).state)};
 }
 
