@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """tools/check_layers.py fails on what it must catch: an include from ipc into a service, a
-cycle between daemon folders, a FlatBuffers header in a service; and passes a tree without
+cycle between daemon folders, a FlatBuffers header in a service, a .cpp and .hpp of 400 lines or
+more together; and passes a tree without
 them."""
 import pathlib
 import subprocess
@@ -41,4 +42,12 @@ assert rc == 1 and "the jobs service includes a FlatBuffers header" in out, out
 rc, out = run({**clean, "master/routes.cpp": '#include <flatbuffers/flatbuffers.h>\n'})
 assert rc == 0, out  # master decodes the wire
 
-print("check_layers catches an ipc -> service include, a folder cycle and the wire in a service")
+big = "int x;\n" * 250
+rc, out = run({**clean, "model/slot.cpp": big, "model/slot.hpp": "#pragma once\n" + big})
+assert rc == 1 and "model/slot.cpp and its .hpp are 501 lines together" in out, out
+
+rc, out = run({**clean, "model/slot.cpp": big, "model/other.hpp": big})
+assert rc == 0, out  # files of different units are not added up
+
+print("check_layers catches an ipc -> service include, a folder cycle, the wire in a service and a "
+      ".cpp/.hpp unit of 400 lines or more")

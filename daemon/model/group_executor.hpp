@@ -29,10 +29,21 @@ namespace nexus::model::detail {
 // Answers a bound member's request (a micro-batch: its chain's).
 void answer(Bound& b, Result r);
 
+// What a replica gives its executor: the references outlive it (the replica owns them all).
+struct GroupExecutorParts {
+  Backbone& backbone;
+  torch::Device device;
+  SlotRegistry& slots;
+  CostModel cost;
+  bool deterministic = false;              // one fixed order of floating-point work (bitwise results)
+  metrics::Accounting* accounting = nullptr;  // null: nothing charged (tests)
+  ModelStats& stats;                       // guarded by stats_mu
+  std::mutex& stats_mu;
+};
+
 class GroupExecutor {
  public:
-  GroupExecutor(Backbone& backbone, torch::Device device, SlotRegistry& slots, CostModel cost, bool deterministic,
-                metrics::Accounting* accounting, ModelStats& stats, std::mutex& stats_mu);
+  explicit GroupExecutor(const GroupExecutorParts& parts);
 
   struct Ran {
     std::map<std::string, double> charged;  // compute-seconds per tenant

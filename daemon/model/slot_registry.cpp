@@ -106,20 +106,6 @@ void SlotRegistry::remove_eviction_file(std::uint32_t uid, const std::string& te
   std::filesystem::remove(path.string() + ".json", ec);
 }
 
-bool SlotRegistry::write_eviction_file(const std::string& tenant, SlotEntry& e) {
-  if (!e.dirty()) return true;  // the file holds it already
-  try {
-    const auto path = tenant_dir(e.uid, tenant) / "evicted";
-    e.trainer->save(path.string(), {{"tenant", tenant}, {"uid", e.uid}, {"views", e.views}});
-  } catch (const std::exception& ex) {
-    log_text(LogLevel::Error, "slot_checkpoint_failed", "tenant=" + tenant + " reason=\"" + ex.what() + "\"");
-    return false;
-  }
-  e.saved_steps = e.trainer->steps();
-  e.saved_version = e.trainer->latest_version();
-  return true;
-}
-
 Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& asked) {
   if (auto f = check_registration(asked, backbone_)) return *f;
   op::Register r = asked;
@@ -285,71 +271,6 @@ void SlotRegistry::apply_releases() {
     }
   }
   if (!names.empty()) ::malloc_trim(0);  // as after eviction: give the freed heads back to the system
-}
-
-void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
-  std::vector<std::string> due;
-  {
-    MutexLock lk(mu_);
-    for (auto it = detached_.begin(); it != detached_.end();) {
-      if (now - it->second < config_.idle_evict || pins_.count(it->first)) {  // a running evaluation keeps it
-        ++it;
-        continue;
-      }
-      due.push_back(it->first);
-      it = detached_.erase(it);
-    }
-  }
-  std::size_t evicted = 0;
-  for (const auto& tenant : due) {
-    auto it = slots_.find(tenant);
-    if (it == slots_.end()) continue;
-    const auto uid = it->second.uid;
-    if (!write_eviction_file(tenant, it->second)) continue;  // kept resident: memory is cheaper than a lost slot
-    drop(tenant);
-    evicted_[tenant] = uid;
-    ++evicted;
-    log_text(LogLevel::Info, "slot_evicted", "tenant=" + tenant);
-  }
-  // glibc keeps freed memory in the arena of the thread that freed it (the soak measured 3.9x the
-  // idle daemon's RSS after every slot was evicted); trimming returns what eviction freed.
-  if (evicted > 0) ::malloc_trim(0);
-}
-
-bool SlotRegistry::evict_longest_detached(std::uint32_t uid, const std::string& except) {
-  std::optional<std::pair<std::chrono::steady_clock::time_point, std::string>> oldest;
-  {
-    MutexLock lk(mu_);
-    for (const auto& [t, since] : detached_) {
-      auto s = slots_.find(t);
-      if (t == except || s == slots_.end() || s->second.uid != uid || pins_.count(t)) continue;
-      if (!oldest || since < oldest->first) oldest = {since, t};
-    }
-  }
-  if (!oldest) return false;
-  const auto& t = oldest->second;
-  auto s = slots_.find(t);
-  if (!write_eviction_file(t, s->second)) return false;
-  drop(t);
-  evicted_[t] = uid;
-  {
-    MutexLock lk(mu_);
-    detached_.erase(t);
-  }
-  log_text(LogLevel::Info, "slot_evicted", "tenant=" + t + " reason=\"its owner's slot bound\"");
-  return true;
-}
-
-std::size_t SlotRegistry::checkpoint_all() {
-  std::size_t written = 0;
-  for (auto& [tenant, e] : slots_) {
-    if (!e.dirty()) continue;
-    if (write_eviction_file(tenant, e)) {
-      ++written;
-      log_text(LogLevel::Info, "slot_checkpointed", "tenant=" + tenant + " step=" + std::to_string(e.trainer->steps()));
-    }
-  }
-  return written;
 }
 
 }  // namespace nexus::model::detail

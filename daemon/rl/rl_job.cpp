@@ -5,9 +5,6 @@
 #include <optional>
 
 namespace nexus::rl {
-namespace {
-struct StopRequested {};  // thrown between update minibatches once the job is asked to stop
-}  // namespace
 
 RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvService& envs, RlSupervision supervision)
     : tenant_(std::move(tenant)), config_(std::move(config)), policy_(policy), envs_(envs),
@@ -147,86 +144,6 @@ void RlJob::fail(const std::string& why) {
   }
   queue_.close();
   record_used_cv_.notify_all();
-}
-
-void RlJob::consume(std::uint64_t generation) {
-  auto superseded = [&] { return update_role_ && !update_role_->current(generation); };
-  try {
-    // A restarted loop goes on from the last published iteration; the record its predecessor
-    // was updating on is gone, so a synchronous producer waiting for it must not wait longer.
-    std::uint64_t version = progress().version;
-    if (generation > 1) {
-      {
-        std::lock_guard lk(mu_);
-        records_used_ = std::max(records_used_, records_taken_);
-      }
-      record_used_cv_.notify_all();
-    }
-    int it = progress().iterations;
-    for (; it < config_.iterations && !stop_;) {
-      auto record = queue_.pop();
-      if (!record || superseded()) break;
-      {
-        std::lock_guard lk(mu_);
-        ++records_taken_;
-      }
-      const long age = static_cast<long>(version - record->version);
-      const double weight = staleness_weight(config_.staleness, age);
-      if (weight == 0) {
-        {
-          std::lock_guard lk(mu_);
-          ++progress_.records_dropped;
-        }
-        record_used();
-        continue;
-      }
-      if (record->version < version) {
-        std::lock_guard lk(mu_);
-        ++progress_.records_behind;
-      }
-      // A stop (cancel, detach) is honoured between minibatches, not after the whole update.
-      const SlotRunner on_slot = [this](const std::function<void(model::TenantSlot&)>& fn) {
-        if (stop_) throw StopRequested{};
-        policy_.with_slot(fn);
-      };
-      std::optional<DemoTerm> demos;
-      if (uses_demos()) demos = draw_demos();
-      const DemoTerm* term = demos ? &*demos : nullptr;
-      const UpdateStats stats =
-          config_.algorithm == "ppo"
-              ? ppo_update(on_slot, value_, *value_opt_, *record, config_.update, weight, shuffle_, term)
-              : grpo_update(on_slot, *record, config_.update, weight, shuffle_, term);
-      if (superseded()) return;  // the update it finished is its successor's to publish or redo
-      policy_.with_slot([&](model::TenantSlot& slot) { version = slot.publish(); });
-      ++it;
-      std::unique_lock lk(mu_);
-      progress_.iterations = it;
-      progress_.version = version;
-      progress_.policy_loss = stats.policy_loss;
-      progress_.value_loss = stats.value_loss;
-      progress_.entropy = stats.entropy;
-      progress_.demo_loss = stats.demo_loss;
-      if (weight < 1) ++progress_.records_downweighted;
-      lk.unlock();
-      // After the last update the job ends (below) before a synchronous producer may go on.
-      if (it < config_.iterations) record_used();
-    }
-    if (superseded()) return;
-    {
-      std::lock_guard lk(mu_);
-      // A loop that left early (a stop, a closed queue) did not finish the job.
-      if (progress_.state == RunState::Running) progress_.state = it >= config_.iterations ? RunState::Done : RunState::Stopped;
-      stop_ = true;  // under mu_, as in fail()
-    }
-    queue_.close();
-    record_used_cv_.notify_all();
-  } catch (const StopRequested&) {
-    // stop() set the state; the update in progress was abandoned between minibatches
-  } catch (const std::exception& e) {
-    loop_failed(update_role_.get(), generation, std::string("update: ") + e.what());
-  } catch (...) {
-    loop_failed(update_role_.get(), generation, "update: unknown exception");
-  }
 }
 
 }  // namespace nexus::rl
