@@ -30,6 +30,7 @@
 
 #include "daemon/config/config.hpp"
 #include "daemon/ipc/decode/reply_builder.hpp"
+#include "daemon/ipc/decode/request_decoder.hpp"
 #include "daemon/ipc/io_pool.hpp"
 #include "daemon/ipc/service_port.hpp"
 #include "daemon/ipc/regions.hpp"
@@ -119,8 +120,9 @@ class Reactor {
   // Reads what the tenant's socket holds (up to kReadsPerEvent reads), keeping the descriptors
   // it carries; false at EOF.
   bool collect_offered_fds(TenantSession& s);
-  void submit_service_request(TenantSession& s, std::uint64_t request_id, wire::Body type,
-                              std::span<const std::uint8_t> message, int fd = -1);
+  // Hands a request the table routes to a service to the Master (`message`: its verified bytes).
+  void submit_service_request(TenantSession& s, const DecodedRequest& req, std::span<const std::uint8_t> message,
+                              int fd = -1);
   void drain_completions();
   void digest(TenantSession& s, std::uint64_t request_id, std::uint64_t offset, std::uint64_t bytes);  // on io_
   // reactor_regions.cpp: memory a tenant registers ([ipc] allow_device_regions)

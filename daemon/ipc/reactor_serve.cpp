@@ -87,7 +87,27 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
   }
   const auto& req = std::get<DecodedRequest>(decoded);
   ++s.served;
-  switch (req.type) {
+  if (req.route != Route::Reactor) {  // the services' (the table of request kinds says whose)
+    int fd = -1;
+    if (req.type == wire::Body::DatasetLoadRequest) {
+      // Takes the newest descriptor the tenant sent and closes older ones (left by loads the
+      // decoder refused). libnexus sends the descriptor and then this request, one load at a
+      // time. The socket's readiness may not have been handled yet: read the socket first.
+      collect_offered_fds(s);
+      if (s.offered_fds.empty()) {
+        push_reply(s, replies_.error(req.request_id, wire::ErrorCode::BadMessage,
+                                     "send the dataset file's descriptor on the control socket first"));
+        return;
+      }
+      fd = s.offered_fds.back();
+      s.offered_fds.pop_back();
+      for (int stale : s.offered_fds) ::close(stale);
+      s.offered_fds.clear();
+    }
+    submit_service_request(s, req, message, fd);
+    return;
+  }
+  switch (req.type) {  // the front door's own
     case wire::Body::PingRequest: {
       const auto* payload = req.message->body_as_PingRequest()->payload();
       push_reply(s, replies_.ping(req.request_id, payload ? std::span<const std::uint8_t>(
@@ -103,49 +123,13 @@ void Reactor::handle_message(TenantSession& s, std::span<const std::uint8_t> mes
     case wire::Body::DigestRequest:
       digest(s, req.request_id, req.input.offset, req.input.bytes);
       return;
-    case wire::Body::DatasetLoadRequest: {
-      // Takes the newest descriptor the tenant sent and closes older ones (left by loads the
-      // decoder refused). libnexus sends the descriptor and then this request, one load at a
-      // time. The socket's readiness may not have been handled yet: read the socket first.
-      collect_offered_fds(s);
-      if (s.offered_fds.empty()) {
-        push_reply(s, replies_.error(req.request_id, wire::ErrorCode::BadMessage,
-                                     "send the dataset file's descriptor on the control socket first"));
-        return;
-      }
-      const int fd = s.offered_fds.back();
-      s.offered_fds.pop_back();
-      for (int stale : s.offered_fds) ::close(stale);
-      s.offered_fds.clear();
-      submit_service_request(s, req.request_id, req.type, message, fd);
-      return;
-    }
     case wire::Body::RegisterRegionRequest:
       register_region(s, req.request_id, *req.message->body_as_RegisterRegionRequest());
       return;
     case wire::Body::UnregisterRegionRequest:
       unregister_region(s, req.request_id, req.message->body_as_UnregisterRegionRequest()->region());
       return;
-    case wire::Body::RegisterRequest:
-    case wire::Body::SftStepRequest:
-    case wire::Body::FeaturesRequest:
-    case wire::Body::PredictRequest:
-    case wire::Body::PublishRequest:
-    case wire::Body::SlotDigestRequest:
-    case wire::Body::BackboneRequest:
-    case wire::Body::SaveRequest:
-    case wire::Body::LoadRequest:
-    case wire::Body::DatasetSftStepRequest:
-    case wire::Body::EnvOpenRequest:
-    case wire::Body::EnvStepRequest:
-    case wire::Body::EnvCloseRequest:
-    case wire::Body::RlStartRequest:
-    case wire::Body::RlStatusRequest:
-    case wire::Body::JobStartRequest:
-    case wire::Body::JobStatusRequest:
-      submit_service_request(s, req.request_id, req.type, message);
-      return;
-    default:  // decode_request admits only the types above
+    default:  // the table routes no other type here
       push_reply(s, replies_.error(req.request_id, wire::ErrorCode::Internal, "unhandled type"));
   }
 }
@@ -216,8 +200,9 @@ bool Reactor::collect_offered_fds(TenantSession& s) {
   return true;
 }
 
-void Reactor::submit_service_request(TenantSession& s, std::uint64_t request_id, wire::Body type,
+void Reactor::submit_service_request(TenantSession& s, const DecodedRequest& req,
                                      std::span<const std::uint8_t> message, int fd) {
+  const std::uint64_t request_id = req.request_id;
   // The work owns the descriptor from here: closed when the work is done with it, or dropped.
   auto held = fd >= 0 ? std::shared_ptr<const int>(new int(fd), [](const int* p) {
     ::close(*p);
@@ -233,7 +218,8 @@ void Reactor::submit_service_request(TenantSession& s, std::uint64_t request_id,
   w.tenant = s.name;
   w.uid = s.peer.uid;
   w.request_id = request_id;
-  w.type = type;
+  w.type = req.type;
+  w.route = req.route;
   w.message.assign(message.begin(), message.end());
   w.regions = s.regions;
   w.segment = s.segment;

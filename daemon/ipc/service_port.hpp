@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/ipc/decode/request_route.hpp"
 #include "daemon/ipc/regions.hpp"
 #include "daemon/ipc/segment.hpp"
 #include "daemon/metrics/service_status.hpp"
@@ -24,18 +25,23 @@ namespace nexus::daemon {
 
 // A verified request for a service: a private copy of the message, and what keeps its inputs
 // readable (the tenant's segment) and tells whether anyone still waits for the answer.
+// Invariant: `message` passed decode_request (verified, its kind's checks held) and is never
+// changed after; wire_message() reads it without verifying again.
 struct ServiceRequest {
   std::uint64_t session_id = 0;
   std::string tenant;
   uid_t uid = 0;                                     // the tenant's Unix user (SO_PEERCRED)
   std::uint64_t request_id = 0;
   wire::Body type = wire::Body::NONE;
+  Route route = Route::Model;                        // the table of request kinds' (request_decoder.cpp)
   std::vector<std::uint8_t> message;                 // verified Message bytes (a private copy)
   std::shared_ptr<const TenantSegment> segment;      // keeps the client arena mapped
   std::shared_ptr<const std::atomic<bool>> alive;    // false once the tenant detached
   sched::Clock::time_point arrival{};
   std::shared_ptr<const int> fd;                     // DatasetLoadRequest: the file (closed with the last copy)
   std::shared_ptr<const RegionTable> regions;        // the tenant's registered regions (TensorRef.region)
+
+  const wire::Message* wire_message() const { return wire::GetMessage(message.data()); }
 };
 
 class ServicePort {

@@ -35,7 +35,7 @@ flatbuffers::Offset<wire::DatasetLoadReply> load_reply(flatbuffers::FlatBufferBu
 
 std::vector<std::uint8_t> handle_dataset_load(env::DatasetStore& store, const ServiceRequest& r,
                                               std::int64_t image_size, std::int64_t max_views) {
-  const auto* q = wire::GetMessage(r.message.data())->body_as_DatasetLoadRequest();
+  const auto* q = r.wire_message()->body_as_DatasetLoadRequest();
   const auto name = q->name()->str();
   env::DatasetLoadOptions options{strings(q->views()), strings(q->state_keys()), q->normalize(),
                                   q->instruction() ? q->instruction()->str() : ""};
@@ -58,7 +58,7 @@ std::vector<std::uint8_t> handle_dataset_load(env::DatasetStore& store, const Se
 
 void submit_dataset_sft_step(env::DatasetStore& store, model::ModelService& model, const ServiceRequest& r,
                              std::function<void(std::vector<std::uint8_t>)> reply) {
-  const auto* q = wire::GetMessage(r.message.data())->body_as_DatasetSftStepRequest();
+  const auto* q = r.wire_message()->body_as_DatasetSftStepRequest();
   std::shared_ptr<const env::SampledBatch> batch;
   try {
     batch = std::make_shared<env::SampledBatch>(
@@ -78,7 +78,7 @@ void submit_dataset_sft_step(env::DatasetStore& store, model::ModelService& mode
 
 std::variant<model::Request, ModelRouteError> normalized_predict(env::DatasetStore& store, const ServiceRequest& r,
                                                                  std::function<void(model::Result)> done) {
-  const auto* q = wire::GetMessage(r.message.data())->body_as_PredictRequest();
+  const auto* q = r.wire_message()->body_as_PredictRequest();
   std::shared_ptr<const datasets::Normalizer> norm;
   try {
     norm = store.normalizer(r.tenant, q->dataset()->str());

@@ -77,12 +77,8 @@ Bytes step(EnvService& envs, const ServiceRequest& w, const wire::EnvStepRequest
 
 }  // namespace
 
-bool is_env_request(wire::Body t) {
-  return t == wire::Body::EnvOpenRequest || t == wire::Body::EnvStepRequest || t == wire::Body::EnvCloseRequest;
-}
-
 std::vector<std::uint8_t> handle_env_request(EnvService& envs, const ServiceRequest& w, int image_size) {
-  const auto* msg = wire::GetMessage(w.message.data());
+  const auto* msg = w.wire_message();
   try {
     if (w.type == wire::Body::EnvOpenRequest) {
       const auto* r = msg->body_as_EnvOpenRequest();

@@ -10,8 +10,6 @@
 
 namespace nexus::daemon {
 
-bool is_env_request(wire::Body type);
-
 // Answers one request (any of the three types): the reply or a typed error, never throws.
 // image_size: the resident backbone's, which observations are rendered at.
 std::vector<std::uint8_t> handle_env_request(env::EnvService& envs, const ServiceRequest& request, int image_size);

@@ -63,7 +63,7 @@ void Master::submit(ServiceRequest r) {
   if (r.type == wire::Body::DatasetSftStepRequest) {
     const auto& bb = impl->model.backbone();
     const auto n = static_cast<std::uint64_t>(
-        std::max(0, wire::GetMessage(r.message.data())->body_as_DatasetSftStepRequest()->batch()));
+        std::max(0, r.wire_message()->body_as_DatasetSftStepRequest()->batch()));
     bytes += n * static_cast<std::uint64_t>(bb.max_views * bb.image_size * bb.image_size * 3 + bb.max_tokens * 5);
   }
   const auto session = r.session_id, id = r.request_id;
@@ -76,10 +76,10 @@ void Master::submit(ServiceRequest r) {
     impl->release(session, bytes);
     impl->complete(session, std::move(reply));
   };
-  if (is_model_request(r.type)) {
+  if (r.route == Route::Model) {
     auto done = [answer, id](model::Result res) { answer(model_reply(id, res)); };
     const auto* predict = r.type == wire::Body::PredictRequest
-                              ? wire::GetMessage(r.message.data())->body_as_PredictRequest()
+                              ? r.wire_message()->body_as_PredictRequest()
                               : nullptr;
     auto m = predict && predict->dataset() ? normalized_predict(impl->datasets, r, std::move(done))
                                            : to_model_request(r, std::move(done));
@@ -100,32 +100,43 @@ void Master::submit(ServiceRequest r) {
 void Master::Impl::on_lane(const ServiceRequest& r, const std::function<void(std::vector<std::uint8_t>)>& answer) {
   if (!r.alive->load()) return;  // the tenant left before its turn
   const auto image_size = static_cast<int>(model.backbone().image_size);
-  const auto* msg = wire::GetMessage(r.message.data());
+  switch (r.route) {  // the table of request kinds' (daemon/ipc/decode/request_decoder.cpp)
+    case Route::Env: return answer(handle_env_request(envs, r, image_size));
+    case Route::Dataset:
+      if (r.type == wire::Body::DatasetLoadRequest)
+        return answer(handle_dataset_load(datasets, r, image_size, model.backbone().max_views));
+      return submit_dataset_sft_step(datasets, model, r, answer);
+    case Route::Job: return answer(on_job_request(r));
+    case Route::Model:    // submit() sent it to the model service
+    case Route::Reactor:  // the front door answered it
+      break;
+  }
+  answer(error_reply(r.request_id, wire::ErrorCode::Internal, "no service takes this request"));
+}
+
+// Jobs: start (SFT, evaluation, RL), status and cancellation, for the tenant that asks.
+std::vector<std::uint8_t> Master::Impl::on_job_request(const ServiceRequest& r) {
+  const auto* msg = r.wire_message();
   switch (r.type) {
-    case wire::Body::DatasetLoadRequest:
-      return answer(handle_dataset_load(datasets, r, image_size, model.backbone().max_views));
-    case wire::Body::DatasetSftStepRequest: return submit_dataset_sft_step(datasets, model, r, answer);
     case wire::Body::RlStartRequest: {
       auto started = jobs.start_rl(r.tenant, r.uid, rl_job_spec(*msg->body_as_RlStartRequest()));
       if (auto* refused = std::get_if<JobRefused>(&started))
-        return answer(error_reply(r.request_id, wire_code(refused->code), refused->reason));
+        return error_reply(r.request_id, wire_code(refused->code), refused->reason);
       flatbuffers::FlatBufferBuilder fbb(64);
       const auto first = std::get<std::pair<std::uint64_t, std::uint64_t>>(started).second;
-      return answer(finish_reply(fbb, r.request_id, wire::Body::RlStartReply, wire::CreateRlStartReply(fbb, first).Union()));
+      return finish_reply(fbb, r.request_id, wire::Body::RlStartReply, wire::CreateRlStartReply(fbb, first).Union());
     }
-    case wire::Body::RlStatusRequest: return answer(rl_status(r, msg->body_as_RlStatusRequest()->stop()));
+    case wire::Body::RlStatusRequest: return rl_status(r, msg->body_as_RlStatusRequest()->stop());
     case wire::Body::JobStartRequest: {
       auto started = jobs.start(r.tenant, r.uid, job_request(*msg->body_as_JobStartRequest()->spec()));
       if (auto* refused = std::get_if<JobRefused>(&started))
-        return answer(error_reply(r.request_id, wire_code(refused->code), refused->reason));
+        return error_reply(r.request_id, wire_code(refused->code), refused->reason);
       flatbuffers::FlatBufferBuilder fbb(64);
-      return answer(finish_reply(fbb, r.request_id, wire::Body::JobStartReply,
-                                 wire::CreateJobStartReply(fbb, std::get<std::uint64_t>(started)).Union()));
+      return finish_reply(fbb, r.request_id, wire::Body::JobStartReply,
+                          wire::CreateJobStartReply(fbb, std::get<std::uint64_t>(started)).Union());
     }
-    case wire::Body::JobStatusRequest: return answer(job_status(r, *msg->body_as_JobStatusRequest()));
-    default:
-      if (is_env_request(r.type)) return answer(handle_env_request(envs, r, image_size));
-      return answer(error_reply(r.request_id, wire::ErrorCode::Internal, "no service takes this request"));
+    case wire::Body::JobStatusRequest: return job_status(r, *msg->body_as_JobStatusRequest());
+    default: return error_reply(r.request_id, wire::ErrorCode::Internal, "no job request of this type");
   }
 }
 

@@ -22,6 +22,7 @@ struct Master::Impl {
   void release(std::uint64_t session, std::uint64_t bytes);
 
   void on_lane(const ServiceRequest& r, const std::function<void(std::vector<std::uint8_t>)>& answer);
+  std::vector<std::uint8_t> on_job_request(const ServiceRequest& r);
   std::vector<std::uint8_t> rl_status(const ServiceRequest& r, bool stop);
   std::vector<std::uint8_t> job_status(const ServiceRequest& r, const wire::JobStatusRequest& q);
 

@@ -4,21 +4,6 @@
 
 namespace nexus::daemon {
 
-bool is_model_request(wire::Body t) {
-  switch (t) {
-    case wire::Body::RegisterRequest:
-    case wire::Body::SftStepRequest:
-    case wire::Body::PredictRequest:
-    case wire::Body::PublishRequest:
-    case wire::Body::SlotDigestRequest:
-    case wire::Body::BackboneRequest:
-    case wire::Body::SaveRequest:
-    case wire::Body::LoadRequest:
-    case wire::Body::FeaturesRequest: return true;
-    default: return false;
-  }
-}
-
 std::optional<model::HostTensor> arena_tensor(const ServiceRequest& r, const wire::TensorRef* ref, std::string& why,
                                               std::vector<std::shared_ptr<void>>* regions_held, wire::ErrorCode* code) {
   if (ref == nullptr) return model::HostTensor{};  // absent (state of a stateless head)
@@ -88,7 +73,7 @@ std::variant<model::Request, ModelRouteError> to_model_request(const ServiceRequ
   m.alive = r.alive;
   m.arrival = r.arrival;
   m.done = std::move(done);
-  const auto* msg = wire::GetMessage(r.message.data());
+  const auto* msg = r.wire_message();
   std::string why;
   wire::ErrorCode code = wire::ErrorCode::TensorOutOfBounds;
   switch (r.type) {

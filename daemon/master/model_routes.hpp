@@ -11,8 +11,6 @@
 
 namespace nexus::daemon {
 
-bool is_model_request(wire::Body type);
-
 // The typed request for `r` (done: what to call with its result), or the reason it has none.
 struct ModelRouteError {
   wire::ErrorCode code;

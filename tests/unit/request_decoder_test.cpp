@@ -131,3 +131,35 @@ TEST_CASE("a union type without its table is refused, not dereferenced", "[decod
   REQUIRE(std::holds_alternative<DecodeError>(r));
   CHECK(std::get<DecodeError>(r).code == wire::ErrorCode::WrongMessageType);
 }
+
+TEST_CASE("the table of request kinds routes every request a client may send, and nothing else", "[decode]") {
+  using daemon::Route;
+  int routed = 0;
+  for (auto v = static_cast<unsigned>(wire::Body::MIN); v <= static_cast<unsigned>(wire::Body::MAX); ++v) {
+    const auto type = static_cast<wire::Body>(v);
+    const std::string name = wire::EnumNameBody(type);
+    const bool from_client = name.size() > 7 && name.compare(name.size() - 7, 7, "Request") == 0;
+    INFO(name);
+    CHECK(daemon::route_of(type).has_value() == (from_client || type == wire::Body::OutputRelease));
+    routed += daemon::route_of(type).has_value();
+  }
+  CHECK(routed == 23);
+  CHECK(daemon::route_of(wire::Body::PingRequest) == Route::Reactor);
+  CHECK(daemon::route_of(wire::Body::RegisterRegionRequest) == Route::Reactor);
+  CHECK(daemon::route_of(wire::Body::SftStepRequest) == Route::Model);
+  CHECK(daemon::route_of(wire::Body::FeaturesRequest) == Route::Model);
+  CHECK(daemon::route_of(wire::Body::EnvStepRequest) == Route::Env);
+  CHECK(daemon::route_of(wire::Body::DatasetLoadRequest) == Route::Dataset);
+  CHECK(daemon::route_of(wire::Body::RlStartRequest) == Route::Job);
+  CHECK_FALSE(daemon::route_of(wire::Body::NONE));
+  CHECK_FALSE(daemon::route_of(static_cast<wire::Body>(static_cast<unsigned>(wire::Body::MAX) + 1)));
+
+  // decode_request stamps the route it looked up.
+  auto p = ping(8);
+  CHECK(std::get<DecodedRequest>(decode_request(p, limits())).route == Route::Reactor);
+  flatbuffers::FlatBufferBuilder fbb;
+  auto status = finish(fbb, wire::Body::JobStatusRequest, wire::CreateJobStatusRequest(fbb, 3).Union());
+  auto decoded = decode_request(status, limits());
+  REQUIRE(std::holds_alternative<DecodedRequest>(decoded));
+  CHECK(std::get<DecodedRequest>(decoded).route == Route::Job);
+}

@@ -3,10 +3,12 @@
 // against values the daemon holds (never the segment header), and nothing here can crash.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
 
+#include "daemon/ipc/decode/request_route.hpp"
 #include "nexus/wire/nexus_generated.h"
 #include "schema/tensor_ref.hpp"
 
@@ -24,6 +26,7 @@ struct RequestLimits {
 struct DecodedRequest {
   std::uint64_t request_id = 0;
   wire::Body type = wire::Body::NONE;
+  Route route = Route::Reactor;            // from the table of request kinds: who answers it
   const wire::Message* message = nullptr;  // points into the caller's buffer
   schema::TensorCheck input;               // DigestRequest: the checked input tensor
 };
@@ -37,7 +40,12 @@ struct DecodeError {
 using DecodeResult = std::variant<DecodedRequest, DecodeError>;
 
 // `bytes` must stay alive and unchanged while the result is used (the caller's private copy).
+// Verifies the message once, looks its type up in the table of request kinds (a type a client
+// may not send is WrongMessageType) and runs that kind's checks.
 DecodeResult decode_request(std::span<const std::uint8_t> bytes, const RequestLimits& limits);
+
+// The route of a type a client may send; nullopt for any other (replies, NONE, unknown values).
+std::optional<Route> route_of(wire::Body type);
 
 // A frame from the control socket: an AttachRequest (version checked by the attach itself, whose
 // refusal has its own reply type) or a StatusRequest of our protocol version.
