@@ -14,8 +14,9 @@ struct GroupOptions {
   int repeats = 3;             // each cell measured this often; medians and spreads reported
   int replicas = 1;            // > 1: also a daemon with that many CPU replicas, against one
   bool json = false;
-  std::string csv = "group.csv";
-  std::string png = "group.png";
+  std::string out;             // directory for group.csv and group.png (empty: a new /tmp dir)
+  std::string csv;             // empty: OUT/group.csv
+  std::string png;             // empty: OUT/group.png; "none": no plot
   std::string nexusd;
   std::string python;          // for the plot; empty: no plot
   std::string plot_script;

@@ -4,12 +4,16 @@
 // measured in the same run; the daemon's RSS with 8 tenants attached against 1; with
 // --replicas N, a daemon with N CPU backbone replicas against one. Every cell is repeated
 // (--repeats): medians and spreads, so two runs can be compared.
+#include <stdlib.h>
+
 #include <algorithm>
 #include <barrier>
 #include <memory>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -81,7 +85,18 @@ Figure summarize(std::vector<double> v) {
   return {median, median > 0 ? (v.back() - v.front()) / median : 0};
 }
 
-int run_group(const GroupOptions& o) {
+int run_group(const GroupOptions& options) {
+  // Files go where the user says (--out, --csv, --png), never into the working directory.
+  GroupOptions o = options;
+  if (o.out.empty()) {
+    char tmpl[] = "/tmp/nexus-group-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("cannot make a directory under /tmp");
+    o.out = tmpl;
+  }
+  std::filesystem::create_directories(o.out);
+  if (o.csv.empty()) o.csv = o.out + "/group.csv";
+  if (o.png.empty()) o.png = o.out + "/group.png";
+  if (o.png == "none") o.png.clear();
   // The GEMM peak is measured again before every repeat of every cell, and the best kept: a
   // peak taken once, before the cells, was sometimes below what the backbone then achieved.
   double peak = peak_gemm_flops();

@@ -58,8 +58,9 @@ int main(int argc, char** argv) {
   group_cmd->add_option("--repeats", group.repeats, "measurements per cell (median and spread)")->check(CLI::Range(1, 50));
   group_cmd->add_option("--replicas", group.replicas, "also a daemon with this many CPU replicas (--devices), against one")
       ->check(CLI::Range(1, 8));
-  group_cmd->add_option("--csv", group.csv, "CSV output");
-  group_cmd->add_option("--png", group.png, "plot output (empty: none)");
+  group_cmd->add_option("--out", group.out, "directory for group.csv and group.png (default: a new one under /tmp)");
+  group_cmd->add_option("--csv", group.csv, "CSV output (default: OUT/group.csv)");
+  group_cmd->add_option("--png", group.png, "plot output (default: OUT/group.png; none: no plot)");
   group_cmd->add_flag("--json", group.json, "last line: one JSON object of figures");
 #endif
 #ifdef NEXUS_BENCH_WITH_GROUP

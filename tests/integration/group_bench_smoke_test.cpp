@@ -6,12 +6,12 @@
 
 using namespace nexus::test;
 
-TEST_CASE("nexus-bench group --json ends with its figures (medians, spreads, replicas), and writes CSV and PNG",
+TEST_CASE("nexus-bench group --json ends with its figures (medians, spreads, replicas), and writes CSV and PNG into --out",
           "[integration][model][bench]") {
   TempDir out;
-  const std::string csv = out.path + "/group.csv", png = out.path + "/group.png";
+  const std::string csv = out.path + "/g/group.csv", png = out.path + "/g/group.png";
   const pid_t b = spawn({NEXUS_TEST_BENCH, "group", "--backbone", "tiny", "--tenants", "1,8", "--batch", "1",
-                         "--rounds", "1", "--repeats", "2", "--replicas", "2", "--csv", csv, "--png", png, "--json"},
+                         "--rounds", "1", "--repeats", "2", "--replicas", "2", "--out", out.path + "/g", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
   INFO(read_file(out.path + "/err"));
   REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
