@@ -88,12 +88,13 @@ Figure summarize(std::vector<double> v) {
 int run_group(const GroupOptions& options) {
   // Files go where the user says (--out, --csv, --png), never into the working directory.
   GroupOptions o = options;
-  if (o.out.empty()) {
+  const bool needs_dir = o.csv.empty() || o.png.empty();  // a file without a path of its own
+  if (o.out.empty() && needs_dir) {
     char tmpl[] = "/tmp/nexus-group-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("cannot make a directory under /tmp");
     o.out = tmpl;
   }
-  std::filesystem::create_directories(o.out);
+  if (!o.out.empty()) std::filesystem::create_directories(o.out);
   if (o.csv.empty()) o.csv = o.out + "/group.csv";
   if (o.png.empty()) o.png = o.out + "/group.png";
   if (o.png == "none") o.png.clear();

@@ -60,7 +60,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 8));
   group_cmd->add_option("--out", group.out, "directory for group.csv and group.png (default: a new one under /tmp)");
   group_cmd->add_option("--csv", group.csv, "CSV output (default: OUT/group.csv)");
-  group_cmd->add_option("--png", group.png, "plot output (default: OUT/group.png; none: no plot)");
+  auto* group_png = group_cmd->add_option("--png", group.png, "plot output (default: OUT/group.png; empty or none: no plot)");
   group_cmd->add_flag("--json", group.json, "last line: one JSON object of figures");
 #endif
 #ifdef NEXUS_BENCH_WITH_GROUP
@@ -106,7 +106,10 @@ int main(int argc, char** argv) {
   if (env_cmd->parsed()) return nexus::bench::run_env(env);
 #ifdef NEXUS_BENCH_WITH_GROUP
   group.nexusd = ipc.nexusd;
-  if (group_cmd->parsed()) return nexus::bench::run_group(group);
+  if (group_cmd->parsed()) {
+    if (group_png->count() > 0 && group.png.empty()) group.png = "none";  // --png "": no plot, as before --out
+    return nexus::bench::run_group(group);
+  }
   if (adapters_cmd->parsed()) return nexus::bench::run_adapters(adapters);
   workload.nexusd = fairness.nexusd = ipc.nexusd;
   if (workload_cmd->parsed()) return nexus::bench::run_workload(workload);

@@ -83,7 +83,8 @@ class Reactor {
   };
   enum class Tag : std::uint64_t { Listener = 1, Stop, Connection, TenantSocket, Doorbell, Completion };
 
-  // reactor.cpp: events and lifecycle
+  // reactor.cpp: events and lifecycle; reactor_connections.cpp: accept_all, on_connection,
+  // close_connection, expire_handshakes, send_control and flush_out (connections not yet attached)
   bool handle_events(int timeout_ms);  // false once a stop signal arrived
   void accept_all();
   void on_connection(std::uint64_t id, std::uint32_t events);

@@ -33,7 +33,8 @@ struct ServiceRequest {
   uid_t uid = 0;                                     // the tenant's Unix user (SO_PEERCRED)
   std::uint64_t request_id = 0;
   wire::Body type = wire::Body::NONE;
-  Route route = Route::Model;                        // the table of request kinds' (request_decoder.cpp)
+  Route route = Route::Reactor;                      // the table of request kinds' (request_decoder.cpp); a
+                                                     // request left at Reactor reaches no service (Internal)
   std::vector<std::uint8_t> message;                 // verified Message bytes (a private copy)
   std::shared_ptr<const TenantSegment> segment;      // keeps the client arena mapped
   std::shared_ptr<const std::atomic<bool>> alive;    // false once the tenant detached

@@ -1,5 +1,6 @@
 // The job registry's admission: the per-tenant and global bounds, the queue of jobs waiting for
-// a running place, and the start of a job's thread. Every function here runs under mu_.
+// a running place, and the start of a job's thread. Each is called under mu_; the job's thread
+// and the health manager's callbacks take it themselves.
 #include <system_error>
 
 #include "daemon/jobs/job.hpp"

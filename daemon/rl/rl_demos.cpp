@@ -1,5 +1,6 @@
 // An RL job's demonstrations for DAPG's behaviour-cloning term (DemoConfig): their checks and
-// each update's draw. Apart from rl_job.cpp (lifecycle, actor) and rl_rollout_loops.cpp (producer).
+// each update's draw. Apart from rl_job.cpp (lifecycle), rl_updates.cpp (actor) and
+// rl_rollout_loops.cpp (producer).
 #include "daemon/rl/rl_job.hpp"
 
 namespace nexus::rl {

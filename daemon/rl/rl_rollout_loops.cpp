@@ -1,6 +1,6 @@
 // An RL job's producer (RlJob, rl_job.hpp): the rollout loops that step the job's sessions and
 // queue records, and the hand-over of each record to the actor. rl_job.cpp holds the job's
-// lifecycle and the actor.
+// lifecycle, rl_updates.cpp the actor (the update loop).
 #include "daemon/rl/rl_job.hpp"
 #include "daemon/rl/rl_observer.hpp"
 
