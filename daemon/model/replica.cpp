@@ -103,7 +103,7 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
 Replica::~Replica() {
   if (role_) health_->remove(role_);  // no restart from here on
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -114,7 +114,7 @@ Replica::~Replica() {
   }
   std::vector<Work> left;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     left = queues_.drain();
   }
   for (auto& w : left)
@@ -126,7 +126,7 @@ Replica::~Replica() {
 
 void Replica::submit(Work w) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     bool returning = false;
     if (is_inference(w)) {
       last_inference_ = sched::Clock::now();
@@ -143,7 +143,7 @@ void Replica::submit(Work w) {
 
 void Replica::tenant_attached(const std::string& tenant, std::uint32_t uid) {
   registry_->attached(tenant, uid);
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   attached_names_.insert(tenant);
   attached_ids_.insert(tenant_id(tenant));
 }
@@ -151,7 +151,7 @@ void Replica::tenant_attached(const std::string& tenant, std::uint32_t uid) {
 void Replica::tenant_detached(const std::string& tenant) {
   registry_->detached(tenant);
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     attached_names_.erase(tenant);
     attached_ids_.erase(tenant_id(tenant));
     attached_.erase(tenant);
@@ -173,7 +173,7 @@ ModelStats Replica::stats() const {
     std::lock_guard lk(stats_mu_);
     s = stats_;
   }
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   s.inference_queued = queues_.inference_size();
   s.training_queued = queues_.training_size();
   return s;
@@ -188,7 +188,7 @@ void Replica::note_registered(const std::string& tenant) {
     if (described.empty()) stats_.adapters.erase(tenant);
     else stats_.adapters[tenant] = described;
   }
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   if (attached_names_.count(tenant)) attached_.insert(tenant);
 }
 

@@ -32,6 +32,7 @@
 #include "daemon/model/slot_registry.hpp"
 #include "daemon/model/work.hpp"
 #include "daemon/model/work_queues.hpp"
+#include "daemon/sync/mutex.hpp"
 #include "daemon/sched/turn_sizer.hpp"
 
 namespace nexus::model::detail {
@@ -74,7 +75,7 @@ class Replica {
   std::map<std::string, double> run_single(Work& w);
   // Samples a training turn may take within [model] max_training_turn_ms (0: steps stay whole:
   // no budget, or deterministic mode).
-  std::int64_t split_above() const;  // holds mu_
+  std::int64_t split_above() const NEXUS_REQUIRES(mu_);
   void note_registered(const std::string& tenant);
 
   const ModelConfig config_;
@@ -87,23 +88,25 @@ class Replica {
   std::unique_ptr<SlotRegistry> registry_;   // slots: executor thread (pins: any)
   std::unique_ptr<GroupExecutor> executor_;  // executor thread only
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  WorkQueues queues_;                                                 // GUARDED_BY(mu_)
-  sched::FairShare share_;                                            // GUARDED_BY(mu_)
-  std::map<std::uint64_t, sched::Clock::time_point> last_training_;  // GUARDED_BY(mu_)
-  std::set<std::string> attached_names_;                              // GUARDED_BY(mu_): attached now
-  std::set<std::uint64_t> attached_ids_;                              // GUARDED_BY(mu_): the same, as ids
-  std::set<std::string> attached_;                                    // GUARDED_BY(mu_): attached and registered
-  bool stop_ = false;                                                 // GUARDED_BY(mu_)
-  double busy_train_ = 0, busy_infer_ = 0;                            // GUARDED_BY(mu_): recent, decaying
-  sched::TurnSizer turn_sizer_;                                       // GUARDED_BY(mu_): training passes' cost
+  // The queues' lock: held to queue, to pick a turn and to account for it, never across a pass.
+  mutable Mutex mu_;
+  std::condition_variable cv_;  // waits on mu_.native()
+  WorkQueues queues_ NEXUS_GUARDED_BY(mu_);
+  sched::FairShare share_ NEXUS_GUARDED_BY(mu_);
+  std::map<std::uint64_t, sched::Clock::time_point> last_training_ NEXUS_GUARDED_BY(mu_);
+  std::set<std::string> attached_names_ NEXUS_GUARDED_BY(mu_);  // attached now
+  std::set<std::uint64_t> attached_ids_ NEXUS_GUARDED_BY(mu_);  // the same, as ids
+  std::set<std::string> attached_ NEXUS_GUARDED_BY(mu_);  // attached and registered
+  bool stop_ NEXUS_GUARDED_BY(mu_) = false;
+  double busy_train_ NEXUS_GUARDED_BY(mu_) = 0;  // recent, decaying
+  double busy_infer_ NEXUS_GUARDED_BY(mu_) = 0;
+  sched::TurnSizer turn_sizer_ NEXUS_GUARDED_BY(mu_);  // training passes' cost
   // Another tenant trained, or anyone asked for inference, within kContendedWithin: a step too big
   // for one turn is split so that they are served between its micro-batches.
   static constexpr auto kContendedWithin = std::chrono::seconds(2);
-  bool contended_ = false;                                            // GUARDED_BY(mu_)
-  sched::Clock::time_point last_inference_{};                         // GUARDED_BY(mu_)
-  sched::Clock::time_point last_turn_end_ = sched::Clock::now();     // GUARDED_BY(mu_)
+  bool contended_ NEXUS_GUARDED_BY(mu_) = false;
+  sched::Clock::time_point last_inference_ NEXUS_GUARDED_BY(mu_){};
+  sched::Clock::time_point last_turn_end_ NEXUS_GUARDED_BY(mu_) = sched::Clock::now();
 
   mutable std::mutex stats_mu_;
   ModelStats stats_;  // GUARDED_BY(stats_mu_)

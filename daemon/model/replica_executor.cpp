@@ -41,7 +41,7 @@ void Replica::serve(std::uint64_t generation) {
   for (;;) {
     std::optional<WorkQueues::Turn> turn;
     {
-      std::unique_lock lk(mu_);
+      MutexLock lk(mu_);
       if (stop_ || (role_ && !role_->current(generation))) return;
       if (!queues_.empty() && daemon::fault::at(daemon::fault::Point::ExecutorTurn) == daemon::fault::Action::Throw)
         throw std::runtime_error("injected fault: the executor threw");
@@ -57,7 +57,7 @@ void Replica::serve(std::uint64_t generation) {
         turn = queues_.next(now, config_.batch, training, attached_.size(), training_active, share_, owed, until);
         wait = std::min(wait, until);
       }
-      if (!turn) cv_.wait_for(lk, wait);
+      if (!turn) cv_.wait_for(lk.native(), wait);
     }
     if (turn) execute(*turn);
     if (const auto now = sched::Clock::now(); now >= next_evict) {
@@ -86,7 +86,7 @@ void Replica::execute(WorkQueues::Turn& turn) {
   if (batchable) {
     std::int64_t split = 0;
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(mu_);
       contended = contended_;
       split = turn.inference ? 0 : split_above();
     }
@@ -109,7 +109,7 @@ void Replica::execute(WorkQueues::Turn& turn) {
   {
     // Each queue's recent share of the executor: exponentially decaying busy seconds
     // (a 5 s time constant), for the training floor.
-    std::lock_guard lk(mu_);
+    MutexLock lk(mu_);
     const double decay = std::exp(-std::chrono::duration<double>(end - last_turn_end_).count() / 5.0);
     busy_train_ *= decay, busy_infer_ *= decay;
     (turn.inference ? busy_infer_ : busy_train_) += took;
@@ -126,7 +126,7 @@ void Replica::execute(WorkQueues::Turn& turn) {
     if (contended)
       stats_.longest_shared_training_turn_s = std::max(stats_.longest_shared_training_turn_s, took);
   }
-  std::lock_guard lk(mu_);
+  MutexLock lk(mu_);
   for (const auto& [tenant, seconds] : charged) share_.charge(tenant_id(tenant), seconds);
 }
 
