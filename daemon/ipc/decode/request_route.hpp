@@ -14,15 +14,4 @@ enum class Route : std::uint8_t {
   Job,      // jobs the daemon drives (SFT, evaluation, RL), on the tenant's lane
 };
 
-inline const char* route_name(Route r) {
-  switch (r) {
-    case Route::Reactor: return "reactor";
-    case Route::Model: return "model";
-    case Route::Env: return "env";
-    case Route::Dataset: return "dataset";
-    case Route::Job: return "job";
-  }
-  return "?";
-}
-
 }  // namespace nexus::daemon
