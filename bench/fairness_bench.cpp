@@ -81,21 +81,21 @@ std::map<std::string, double> rates(const FairnessOptions& o, const test::Daemon
 }
 
 // Batch 128 and batch 4, closed loops: what each keeps of its own alone rate, with equal
-// weights and with the small tenant weighted 2; then the same equal-weight pair on a daemon whose
-// steps stay whole ([model] max_training_turn_ms = 0, as before turns existed), side by side.
+// weights, with the small tenant weighted 2 and with the big one weighted 2; then the same
+// equal-weight pair on a daemon whose steps stay whole ([model] max_training_turn_ms = 0, as before turns existed), side by side.
 void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
   test::TempDir dir;
   {
     std::ofstream turns(dir.path + "/turns.toml");
     if (o.turn_ms >= 0) turns << "[model]\nmax_training_turn_ms = " << o.turn_ms << "\n";
-    turns << "[tenants.small-heavy]\nweight = 2\n";
+    turns << "[tenants.small-heavy]\nweight = 2\n[tenants.big-heavy]\nweight = 2\n";
   }
   std::ofstream(dir.path + "/whole.toml") << "[model]\nmax_training_turn_ms = 0\n";
   auto phase = [&](const char* what, double seconds) {
     std::fprintf(stderr, "[fairness] %s, %.0f s ...\n", what, seconds);
   };
   double big_alone = 0, small_alone = 0;
-  std::map<std::string, double> equal, weighted;
+  std::map<std::string, double> equal, weighted, big_weighted;
   double turn_ms = 0;
   {
     test::Daemon daemon({"--log-level", "warn", "-c", dir.path + "/turns.toml"}, o.nexusd);
@@ -108,6 +108,8 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
     turn_ms = query_status(daemon.socket()).longest_shared_training_turn_s * 1000;
     phase("both at once, the small tenant weighted 2", o.shared_seconds);
     weighted = rates(o, daemon, dir.path, {{"big-light", 128}, {"small-heavy", 4}}, o.shared_seconds);
+    phase("both at once, the big tenant weighted 2", o.shared_seconds);
+    big_weighted = rates(o, daemon, dir.path, {{"big-heavy", 128}, {"small-light", 4}}, o.shared_seconds);
   }
   double whole_big_alone = 0;
   std::map<std::string, double> whole;
@@ -120,6 +122,8 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
   }
   const double big_share = equal.at("big") / big_alone, small_share = equal.at("small") / small_alone;
   const double light_share = weighted.at("big-light") / big_alone, heavy_share = weighted.at("small-heavy") / small_alone;
+  const double heavy_big_share = big_weighted.at("big-heavy") / big_alone,
+               light_small_share = big_weighted.at("small-light") / small_alone;
   const double total = equal.at("big") + equal.at("small"), whole_total = whole.at("big") + whole.at("small");
   j["turns_big_alone_sps"] = big_alone, j["turns_small_alone_sps"] = small_alone;
   j["turns_big_shared_sps"] = equal.at("big"), j["turns_small_shared_sps"] = equal.at("small");
@@ -128,6 +132,8 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
   j["turns_small_step_ms_alone"] = 4000 / small_alone, j["turns_small_step_ms_shared"] = 4000 / equal.at("small");
   j["turns_weighted_big_share"] = light_share, j["turns_weighted_small_share"] = heavy_share;
   j["turns_weighted_small_fraction"] = heavy_share / (heavy_share + light_share);  // weights say 2/3
+  j["turns_big_weighted_big_share"] = heavy_big_share, j["turns_big_weighted_small_share"] = light_small_share;
+  j["turns_big_weighted_big_fraction"] = heavy_big_share / (heavy_big_share + light_small_share);  // 2/3
   j["turns_total_shared_sps"] = total;
   j["turns_longest_turn_ms"] = turn_ms;
   j["whole_big_alone_sps"] = whole_big_alone;
@@ -138,10 +144,12 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
               "equal weights: %.0f and %.0f samples/s (%.0f in all); share of its own alone rate: big %.2f, small %.2f;\n"
               "  the small tenant's mean step %.1f ms alone, %.1f ms beside the big one; longest shared training turn %.1f ms\n"
               "small weighted 2: shares big %.2f, small %.2f (small's fraction %.2f; weights say 0.67)\n"
+              "big weighted 2: shares big %.2f, small %.2f (big's fraction %.2f; weights say 0.67)\n"
               "steps kept whole (turns off): shares big %.2f, small %.2f, %.0f samples/s in all; with turns %.2fx that\n",
               big_alone, small_alone, whole_big_alone, equal.at("big"), equal.at("small"), total, big_share, small_share,
               4000 / small_alone, 4000 / equal.at("small"), turn_ms, light_share, heavy_share,
-              heavy_share / (heavy_share + light_share), whole.at("big") / whole_big_alone,
+              heavy_share / (heavy_share + light_share), heavy_big_share, light_small_share,
+              heavy_big_share / (heavy_big_share + light_small_share), whole.at("big") / whole_big_alone,
               whole.at("small") / small_alone, whole_total, total / whole_total);
 }
 

@@ -73,9 +73,12 @@ class Replica {
   void serve(std::uint64_t generation);
   void execute(WorkQueues::Turn& turn);
   std::map<std::string, double> run_single(Work& w);
-  // Samples a training turn may take within [model] max_training_turn_ms (0: steps stay whole:
-  // no budget, or deterministic mode).
-  std::int64_t split_above() const NEXUS_REQUIRES(mu_);
+  // Samples a training turn of `turn`'s tenants may take within [model] max_training_turn_ms,
+  // cut by their weight beside heavier active tenants (0: steps stay whole: no budget, or
+  // deterministic mode, or nobody else active).
+  std::int64_t split_above(const std::vector<Work>& turn) const NEXUS_REQUIRES(mu_);
+  // Tenants that trained within the last 2 s and are still attached.
+  std::set<std::uint64_t> training_active(sched::Clock::time_point now) const NEXUS_REQUIRES(mu_);
   void note_registered(const std::string& tenant);
 
   const ModelConfig config_;

@@ -48,13 +48,11 @@ void Replica::serve(std::uint64_t generation) {
       std::chrono::microseconds wait = std::chrono::seconds(1);  // wakes for eviction at least
       if (!queues_.empty()) {
         const auto now = sched::Clock::now();
-        std::set<std::uint64_t> training_active;
-        for (const auto& [id, at] : last_training_)
-          if (now - at < std::chrono::seconds(2) && attached_ids_.count(id)) training_active.insert(id);
+        const auto active = training_active(now);
         std::chrono::microseconds until{0};
-        contended_ = training_active.size() > 1 || now - last_inference_ < kContendedWithin;
+        contended_ = active.size() > 1 || now - last_inference_ < kContendedWithin;
         const bool owed = busy_train_ < config_.min_training_share * (busy_train_ + busy_infer_);
-        turn = queues_.next(now, config_.batch, training, attached_.size(), training_active, share_, owed, until);
+        turn = queues_.next(now, config_.batch, training, attached_.size(), active, share_, owed, until);
         wait = std::min(wait, until);
       }
       if (!turn) cv_.wait_for(lk.native(), wait);
@@ -88,7 +86,7 @@ void Replica::execute(WorkQueues::Turn& turn) {
     {
       MutexLock lk(mu_);
       contended = contended_;
-      split = turn.inference ? 0 : split_above();
+      split = turn.inference ? 0 : split_above(turn.works);
     }
     ran = executor_->run(turn.works, service, split);
   } else {
@@ -130,14 +128,33 @@ void Replica::execute(WorkQueues::Turn& turn) {
   for (const auto& [tenant, seconds] : charged) share_.charge(tenant_id(tenant), seconds);
 }
 
-std::int64_t Replica::split_above() const {
+std::set<std::uint64_t> Replica::training_active(sched::Clock::time_point now) const {
+  std::set<std::uint64_t> active;
+  for (const auto& [id, at] : last_training_)
+    if (now - at < std::chrono::seconds(2) && attached_ids_.count(id)) active.insert(id);
+  return active;
+}
+
+std::int64_t Replica::split_above(const std::vector<Work>& turn) const {
   // Alone, a tenant's step stays whole: splitting costs each extra micro-batch a pass's fixed
   // part (measured: about 15% of a batch-128 tenant's rate) and there is nobody to interleave.
   if (config_.deterministic || config_.max_training_turn_s <= 0 || !contended_) return 0;
   // Before any pass is measured, micro-batches of kLeastMicroBatch measure one, rather than a
   // whole first step running unbounded; smaller ones would be mostly fixed cost.
   constexpr std::int64_t kLeastMicroBatch = 8;
-  return turn_sizer_.samples_within(config_.max_training_turn_s, kLeastMicroBatch);
+  auto weight = [&](std::uint64_t id) {
+    const auto it = share_.shares().find(id);
+    return it == share_.shares().end() ? 1.0 : it->second.weight;
+  };
+  std::set<std::uint64_t> in_turn;
+  std::vector<double> turn_weights, other_weights;
+  for (const auto& w : turn)
+    if (in_turn.insert(tenant_id(tenant_of(w))).second) turn_weights.push_back(weight(tenant_id(tenant_of(w))));
+  for (auto id : training_active(sched::Clock::now()))
+    if (!in_turn.count(id)) other_weights.push_back(weight(id));
+  const auto budget =
+      sched::weighted_turn({config_.max_training_turn_s, kLeastMicroBatch}, turn_weights, other_weights);
+  return turn_sizer_.samples_within(budget.seconds, budget.least);
 }
 
 // A turn of its own: a slot operation, or an RL update minibatch.

@@ -10,8 +10,26 @@
 // average while the passes seen are all about one size (the fit is then undetermined).
 #pragma once
 #include <cstdint>
+#include <span>
 
 namespace nexus::sched {
+
+// A turn's budget and its least micro-batch, as TurnSizer::samples_within takes them.
+struct TurnBudget {
+  double seconds = 0;
+  std::int64_t least = 1;
+};
+
+// The budget of a training turn whose step is split while other tenants train (service.md,
+// "Bounded training turns"). A closed-loop tenant with one step in flight is never backlogged,
+// so virtual time cannot give it its weight: its share is set by how long the turns it waits
+// behind are. So the turn of a tenant lighter than another active one is cut by the ratio of
+// their weights (the heaviest other's), floor included (else the floor, not the weight, would
+// set it); a heavier tenant's turn stays at the configured budget, never above it (that budget
+// is the latency bound every tenant was promised). `turn`: the weights of the tenants in the
+// turn (the lightest decides); `others`: those of the other active training tenants. Weights
+// that are not positive and finite read as 1.
+TurnBudget weighted_turn(TurnBudget configured, std::span<const double> turn, std::span<const double> others);
 
 class TurnSizer {
  public:

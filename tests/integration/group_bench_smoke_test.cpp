@@ -76,6 +76,7 @@ TEST_CASE("nexus-bench fairness: weights hold, inference waits behind one traini
   CHECK(j["turns_small_share"].get<double>() > 0.15);
   CHECK(j["turns_small_share"].get<double>() > j["whole_small_share"].get<double>());
   CHECK(j["turns_weighted_small_share"].get<double>() > 0.15);
+  CHECK(j["turns_big_weighted_big_share"].get<double>() > 0.15);
 }
 
 TEST_CASE("nexus-bench workload --json compares shared and isolated runs and writes CSV and PNG",

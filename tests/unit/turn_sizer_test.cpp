@@ -2,6 +2,9 @@
 // fitted fixed + per-sample cost, not from the average that small passes inflate.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <vector>
+
 #include "daemon/sched/turn_sizer.hpp"
 
 using nexus::sched::TurnSizer;
@@ -35,4 +38,22 @@ TEST_CASE("passes all of one size fall back to the average cost", "[sched][turns
   // Newer passes outweigh older ones: the backbone got twice as slow.
   for (int i = 0; i < 200; ++i) s.observe(10, 0.020);
   CHECK(s.samples_within(0.025, 1) == 12);
+}
+
+TEST_CASE("a lighter tenant's turns are cut by its weight, a heavier one's stay at the budget", "[sched][turns]") {
+  using nexus::sched::TurnBudget;
+  using nexus::sched::weighted_turn;
+  const TurnBudget budget{0.020, 8};
+  const double one[] = {1.0}, two[] = {2.0}, half_and_one[] = {0.5, 1.0}, bad[] = {0.0, -3.0, std::nan("")};
+  auto is = [](TurnBudget b, double seconds, std::int64_t least) {
+    return b.seconds == Approx(seconds) && b.least == least;
+  };
+  CHECK(is(weighted_turn(budget, one, {}), 0.020, 8));       // alone: the configured budget
+  CHECK(is(weighted_turn(budget, one, one), 0.020, 8));      // equal weights: the same
+  CHECK(is(weighted_turn(budget, two, one), 0.020, 8));      // heavier: never above the budget
+  CHECK(is(weighted_turn(budget, one, two), 0.010, 4));      // weighted 1 beside 2: half, floor too
+  CHECK(is(weighted_turn(budget, one, half_and_one), 0.020, 8));  // the heaviest other decides
+  CHECK(is(weighted_turn(budget, half_and_one, two), 0.005, 2));  // the lightest in the turn decides
+  CHECK(is(weighted_turn({0.020, 1}, one, std::vector<double>{64.0}), 0.020 / 64, 1));  // at least 1
+  CHECK(is(weighted_turn(budget, bad, one), 0.020, 8));      // weights that are not positive read 1
 }
