@@ -77,6 +77,18 @@ Decision pick_training(std::span<const TrainingRequest> pending, const std::map<
     members.insert(r.tenant);
     samples += r.samples;
   }
+  // 3b. Riders: a split step's next micro-batch, in the room the group left (after the leader's
+  // own requests, so it never takes their place). Its tenant has nothing else eligible queued.
+  bool rode = false;
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const TrainingRequest& r = pending[i];
+    if (!r.continuation || eligible(r.tenant) || r.key != first.key || !r.batchable) continue;
+    if (share_of(shares, r.tenant).priority != leader.priority || samples + r.samples > policy.batch.max_samples) continue;
+    d.take.push_back(i);
+    samples += r.samples;
+    rode = true;
+  }
+  if (rode) std::sort(d.take.begin(), d.take.end());
   // 4. Go, or wait for more to join.
   const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - first.arrival);
   const bool full = overflow || samples >= policy.batch.max_samples;

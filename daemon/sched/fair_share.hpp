@@ -10,7 +10,9 @@
 //      gets a turn alone.
 //   3. Otherwise its consecutive SFT requests form a group, and other tenants' consecutive SFT
 //      requests of the same key join while their virtual time is within `group_window_s` of the
-//      leader's and the group holds fewer than B samples (grouping then serves them too).
+//      leader's and the group holds fewer than B samples (grouping then serves them too). The
+//      next micro-batch of a split step joins too, however far ahead its tenant is: it is
+//      already bounded by a turn, and riding in the leader's pass saves a pass's fixed part.
 //   4. The group goes when it holds B samples, when every active tenant that could join (within
 //      the window) is in it, or when the leader's oldest request has waited T; else wait.
 //   5. A tenant that returns from idle is lifted to the least virtual time among the tenants with
@@ -34,6 +36,7 @@ struct TrainingRequest {
   std::uint32_t samples = 1;
   bool batchable = true;        // an SFT step (grouped); false: a turn of its own
   Clock::time_point arrival{};
+  bool continuation = false;    // the next micro-batch of a step already under way (rides: 3.)
 };
 
 struct TenantShare {

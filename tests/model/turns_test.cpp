@@ -3,6 +3,8 @@
 // between a big step's micro-batches, on a fake clock.
 // LibTorch first: c10 defines a glog-style CHECK that aborts; Catch must define the last one.
 #include <torch/torch.h>
+
+#include <algorithm>
 #undef CHECK
 #include <catch2/catch.hpp>
 
@@ -106,19 +108,38 @@ TEST_CASE("the Training Queue serves another tenant between a big step's micro-b
   const std::set<std::uint64_t> active = {tenant_id("big"), tenant_id("small")};
   auto turn = q.next(t0 + std::chrono::milliseconds(1), batch, training, 0, active, share, false, wait);
   REQUIRE(turn);
-  // The small tenant leads (less compute); the big tenant's queued step does not ride along while
-  // its micro-batches are unfinished: its other training work waits for the chain.
+  // The small tenant leads (less compute), and the big step's next micro-batch rides in its pass;
+  // the big tenant's queued step does not, while its micro-batches are unfinished.
   std::vector<std::string> who;
-  for (const auto& w : turn->works) who.push_back(tenant_of(w));
-  CHECK(who.front() == "small");
-  for (const auto& w : turn->works) CHECK_FALSE((tenant_of(w) == "big" && std::holds_alternative<TenantWork>(w)));
-  share.charge(tenant_id("small"), 0.06);
-  turn = q.next(t0 + std::chrono::milliseconds(2), batch, training, 0, active, share, false, wait);
+  bool micro_rode = false;
+  for (const auto& w : turn->works) {
+    who.push_back(tenant_of(w));
+    micro_rode = micro_rode || std::holds_alternative<MicroWork>(w);
+    CHECK_FALSE((tenant_of(w) == "big" && std::holds_alternative<TenantWork>(w)));
+  }
+  CHECK(std::find(who.begin(), who.end(), "small") != who.end());
+  CHECK(micro_rode);
+  share.charge(tenant_id("small"), 0.006), share.charge(tenant_id("big"), 0.02);
+  // The executor queues the next micro-batch. The small tenant (a closed loop between its reply
+  // and its next step) is behind: the Training Queue holds up to T for it ...
+  const auto t1 = t0 + std::chrono::milliseconds(30);
+  q.push_continuation(MicroWork{chain, "big", t1});
+  turn = q.next(t1 + std::chrono::microseconds(500), batch, training, 0, active, share, false, wait);
+  CHECK_FALSE(turn);
+  CHECK(wait == std::chrono::microseconds(1500));
+  // ... and its next step, arriving within T, goes first again with the micro-batch riding.
+  auto next_small = step("small", 4);
+  std::get<TenantWork>(next_small).request.arrival = t1 + std::chrono::milliseconds(1);
+  q.push(std::move(next_small), share, false);
+  turn = q.next(t1 + std::chrono::milliseconds(1), batch, training, 0, active, share, false, wait);
   REQUIRE(turn);
-  REQUIRE(turn->works.size() == 1);
-  CHECK(std::holds_alternative<MicroWork>(turn->works.front()));  // then the big step's next micro-batch
-  turn = q.next(t0 + std::chrono::milliseconds(3), batch, training, 0, active, share, false, wait);
-  REQUIRE(turn);  // with the chain no longer queued, the big tenant's next step may go
+  REQUIRE(turn->works.size() == 2);
+  CHECK(tenant_of(turn->works.front()) == "big");  // the micro-batch was queued first
+  CHECK(std::holds_alternative<MicroWork>(turn->works.front()));
+  CHECK(tenant_of(turn->works.back()) == "small");
+  // With the chain no longer queued, the big tenant's next step may go.
+  turn = q.next(t1 + std::chrono::milliseconds(2), batch, training, 0, active, share, false, wait);
+  REQUIRE(turn);
   CHECK(tenant_of(turn->works.front()) == "big");
   CHECK(std::holds_alternative<TenantWork>(turn->works.front()));
 }

@@ -29,6 +29,23 @@ TEST_CASE("the tenant with the least virtual time leads, whoever arrived first",
   REQUIRE(d.take == std::vector<std::size_t>{1});  // tenant 1 is 4 s ahead: it does not join
 }
 
+TEST_CASE("a split step's next micro-batch rides in the leader's group however far ahead its tenant is",
+          "[sched][fair][turns]") {
+  std::map<std::uint64_t, TenantShare> shares{{1, {5.0}}, {2, {1.0}}, {3, {0.0, 1.0, 1}}};
+  TrainingRequest micro = sft(1, t0);
+  micro.continuation = true;
+  const TrainingRequest q[] = {micro, sft(1, t0 + 1us), sft(2, t0 + 2us)};
+  auto d = pick_training(q, shares, {1, 2}, t0 + 3ms, policy(64, 0.02));
+  // Tenant 2 leads; tenant 1 is 4 s ahead: its micro-batch rides, its next whole step does not.
+  CHECK(d.take == std::vector<std::size_t>{0, 2});
+  d = pick_training(q, shares, {1, 2}, t0 + 3ms, policy(20, 0.02));
+  CHECK(d.take == std::vector<std::size_t>{2});  // no room for it: the leader goes alone
+  // Nor does it ride with a higher priority class.
+  const TrainingRequest q2[] = {micro, sft(3, t0 + 2us)};
+  d = pick_training(q2, shares, {1, 3}, t0 + 3ms, policy(64, 0.02));
+  CHECK(d.take == std::vector<std::size_t>{1});
+}
+
 TEST_CASE("tenants within the window join the leader's group, in arrival order, up to B", "[sched][fair]") {
   std::map<std::uint64_t, TenantShare> shares{{1, {1.00}}, {2, {1.01}}, {3, {1.015}}};
   const TrainingRequest q[] = {sft(2, t0), sft(1, t0 + 1us), sft(3, t0 + 2us), sft(1, t0 + 3us)};
