@@ -5,7 +5,8 @@
 #   bob    PPO on push, warm-started on 200 recorded push demonstrations and keeping them in
 #          its loss (DAPG's behaviour-cloning term) for 240 synchronous updates: from scratch push
 #          learns nothing in 60 updates, and 60 from the warm start only keep it
-#   carol  GRPO on reach
+#   carol  GRPO on reach, synchronous, 160 updates (GRPO's credit is per episode: at 40 updates
+#          its greedy success hardly moved; docs/design/env-rl.md), evaluated over 200 episodes
 #   erin   SFT on 200 recorded demonstrations of reach (her own process feeds the batches)
 #   frank  SFT on the push demonstrations with a rank-8 adapter on the backbone (his alone)
 #   grace  the same SFT, same seed and steps, with the head alone: what the adapter adds
@@ -25,6 +26,7 @@ warm_steps=${NEXUS_DEMO_WARM_STEPS:-2000}
 push_iterations=${NEXUS_DEMO_PUSH_ITERATIONS:-240}
 # frank and grace: SFT on push with and without an adapter (docs/design/adapters.md).
 adapter_steps=${NEXUS_DEMO_ADAPTER_STEPS:-1000}
+grpo_iterations=${NEXUS_DEMO_GRPO_ITERATIONS:-160}
 run=$(mktemp -d /tmp/nexus-demo-XXXXXX)
 chmod 755 "$run"
 sock=$run/nexusd.sock
@@ -46,8 +48,8 @@ echo "== recording 200 demonstrations of the MuJoCo reach task (for erin) and of
 "$bin/client/nexusctl" dataset record --task push --episodes 200 --out "$run/push.hdf5" | tail -1
 
 echo "== six tenants at once: alice PPO reach ($ppo_iterations updates), bob PPO push (warm start: $warm_steps SFT"
-echo "   steps of 32 on the push demonstrations, then $push_iterations updates keeping them in the loss), carol GRPO reach,"
-echo "   erin SFT on the reach demonstrations ($sft_steps steps of 32), frank and grace SFT on the push demonstrations"
+echo "   steps of 32 on the push demonstrations, then $push_iterations updates keeping them in the loss), carol GRPO reach ($grpo_iterations"
+echo "   synchronous updates), erin SFT on the reach demonstrations ($sft_steps steps of 32), frank and grace SFT on the push demonstrations"
 echo "   ($adapter_steps steps of 32), frank with a rank-8 adapter on the backbone, grace with the head alone"
 pids=()
 rl() {  # name algorithm task iterations [extra args]
@@ -59,7 +61,7 @@ rl() {  # name algorithm task iterations [extra args]
 rl alice ppo reach "$ppo_iterations"
 rl bob ppo push "$push_iterations" --seed 2 --synchronous --demos "$run/push.hdf5" --warm-start-steps "$warm_steps" \
   --demo-weight 1 --eval-untrained 50  # his head before the warm start too, on eval_tenant's episodes
-rl carol grpo reach 40 --sessions 32 --group-size 4 --seed 3
+rl carol grpo reach "$grpo_iterations" --sessions 32 --group-size 4 --seed 3 --synchronous
 "$bin/examples/sft_demos_tenant" -s "$sock" -t erin --dataset "$run/reach.hdf5" --steps "$sft_steps" \
   --batch 32 --report-every 100 >"$run/erin.json" 2>"$run/erin.log" &
 pids+=($!)
@@ -84,14 +86,14 @@ if [ $status -ne 0 ]; then
   echo "a tenant failed:"; tail -n 3 "$run"/*.log; exit 1
 fi
 
-echo "== each policy in 50 new episodes, before (its starting version) and after, read-only"
+echo "== each policy in new episodes (carol's 200, the others' 50), before (its starting version) and after, read-only"
 eval_pids=()
-for job in alice:reach bob:push carol:reach; do
-  IFS=: read -r name task <<<"$job"
+for job in alice:reach:50 bob:push:50 carol:reach:200; do
+  IFS=: read -r name task episodes <<<"$job"
   first=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["first_version"])' "$run/$name.json")
   last=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["version"])' "$run/$name.json")
-  "$bin/examples/eval_tenant" -s "$sock" -t "$name" --task "$task" --episodes 50 --version "$first" >"$run/$name-before.json"
-  "$bin/examples/eval_tenant" -s "$sock" -t "$name" --task "$task" --episodes 50 --version "$last" >"$run/$name-after.json" &
+  "$bin/examples/eval_tenant" -s "$sock" -t "$name" --task "$task" --episodes "$episodes" --version "$first" >"$run/$name-before.json"
+  "$bin/examples/eval_tenant" -s "$sock" -t "$name" --task "$task" --episodes "$episodes" --version "$last" >"$run/$name-after.json" &
   eval_pids+=($!)
 done
 "$bin/examples/eval_tenant" -s "$sock" -t erin --task reach --episodes 50 --version 1 >"$run/erin-after.json" &
@@ -112,7 +114,7 @@ for name, work in [("alice", "PPO reach"), ("bob", "PPO push +demos"), ("carol",
     job, before, after = load(name + ".json"), load(name + "-before.json"), load(name + "-after.json")
     print(f"{name:7} {work:16} {job['iterations']:8d} {job['env_steps']:10d} "
           f"{100 * before['success_rate']:10.0f}% -> {100 * after['success_rate']:4.0f}%      "
-          f"{'yes' if before['unchanged'] and after['unchanged'] else 'NO':>12}")
+          f"{'yes' if before['unchanged'] and after['unchanged'] else 'NO':>12}   ({after['episodes']} episodes)")
 print(f"        (bob's 'before' is his warm start on the push demonstrations, where his RL job began;\n"
       f"         untrained, before it, his head scored {100 * load('bob.json')['untrained_success']:.0f}%)")
 sft, after = load("erin.json"), load("erin-after.json")
