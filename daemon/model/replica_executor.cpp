@@ -142,18 +142,18 @@ std::int64_t Replica::split_above(const std::vector<Work>& turn) const {
   // Before any pass is measured, micro-batches of kLeastMicroBatch measure one, rather than a
   // whole first step running unbounded; smaller ones would be mostly fixed cost.
   constexpr std::int64_t kLeastMicroBatch = 8;
-  auto weight = [&](std::uint64_t id) {
-    const auto it = share_.shares().find(id);
-    return it == share_.shares().end() ? 1.0 : it->second.weight;
-  };
-  std::set<std::uint64_t> in_turn;
-  std::vector<double> turn_weights, other_weights;
+  // The turn's tenants count among the active ones: a light tenant's step grouped with a heavy
+  // one's is cut as it would be beside it.
+  std::set<std::uint64_t> in_turn, active = training_active(sched::Clock::now());
+  std::vector<double> turn_weights, active_weights;
   for (const auto& w : turn)
-    if (in_turn.insert(tenant_id(tenant_of(w))).second) turn_weights.push_back(weight(tenant_id(tenant_of(w))));
-  for (auto id : training_active(sched::Clock::now()))
-    if (!in_turn.count(id)) other_weights.push_back(weight(id));
+    if (const auto id = tenant_id(tenant_of(w)); in_turn.insert(id).second) {
+      turn_weights.push_back(share_.weight(id));
+      active.insert(id);
+    }
+  for (auto id : active) active_weights.push_back(share_.weight(id));
   const auto budget =
-      sched::weighted_turn({config_.max_training_turn_s, kLeastMicroBatch}, turn_weights, other_weights);
+      sched::weighted_turn({config_.max_training_turn_s, kLeastMicroBatch}, turn_weights, active_weights);
   return turn_sizer_.samples_within(budget.seconds, budget.least);
 }
 

@@ -1,5 +1,6 @@
 #include "daemon/model/work_queues.hpp"
 
+#include <algorithm>
 #include <functional>
 
 namespace nexus::model::detail {
@@ -21,10 +22,12 @@ void WorkQueues::push(Work w, sched::FairShare& share, bool returning) {
 }
 
 std::vector<Work> WorkQueues::take(std::deque<Work>& q, const std::vector<std::size_t>& indices) {
-  std::vector<Work> out;
+  std::vector<Work> out;  // in the order given (a group's riders come after its members)
   out.reserve(indices.size());
   for (auto i : indices) out.push_back(std::move(q[i]));
-  for (auto it = indices.rbegin(); it != indices.rend(); ++it) q.erase(q.begin() + static_cast<long>(*it));
+  auto erase = indices;  // from the back, so earlier positions stay valid
+  std::sort(erase.begin(), erase.end(), std::greater<>());
+  for (auto i : erase) q.erase(q.begin() + static_cast<long>(i));
   return out;
 }
 

@@ -77,26 +77,32 @@ Decision pick_training(std::span<const TrainingRequest> pending, const std::map<
     members.insert(r.tenant);
     samples += r.samples;
   }
-  // 3b. Riders: a split step's next micro-batch, in the room the group left (after the leader's
-  // own requests, so it never takes their place). Its tenant has nothing else eligible queued.
-  bool rode = false;
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    const TrainingRequest& r = pending[i];
-    if (!r.continuation || eligible(r.tenant) || r.key != first.key || !r.batchable) continue;
-    if (share_of(shares, r.tenant).priority != leader.priority || samples + r.samples > policy.batch.max_samples) continue;
-    d.take.push_back(i);
-    samples += r.samples;
-    rode = true;
-  }
-  if (rode) std::sort(d.take.begin(), d.take.end());
   // 4. Go, or wait for more to join.
   const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - first.arrival);
   const bool full = overflow || samples >= policy.batch.max_samples;
   bool everyone_in = true;
   for (auto t : could_join) everyone_in = everyone_in && members.count(t);
-  if (full || everyone_in || waited >= policy.batch.max_wait) return d;
-  d.take.clear();
-  d.wait = policy.batch.max_wait - waited;
+  if (!full && !everyone_in && waited < policy.batch.max_wait) {
+    d.take.clear();
+    d.wait = policy.batch.max_wait - waited;
+    return d;
+  }
+  // 5. Riders: a split step's next micro-batch, in the room the group left once it goes (so it
+  // neither takes a member's place nor makes the group go early), after the members in `take`
+  // (the turn's first work names who it served in the accounting). A tenant whose micro-batch does not fit blocks its later ones:
+  // its requests never overtake each other (it may have two steps split at once).
+  std::set<std::uint64_t> skipped;
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const TrainingRequest& r = pending[i];
+    if (!r.continuation || eligible(r.tenant) || skipped.count(r.tenant)) continue;
+    if (share_of(shares, r.tenant).priority != leader.priority || r.key != first.key || !r.batchable ||
+        samples + r.samples > policy.batch.max_samples) {
+      skipped.insert(r.tenant);
+      continue;
+    }
+    d.take.push_back(i);
+    samples += r.samples;
+  }
   return d;
 }
 
@@ -130,5 +136,11 @@ void FairShare::charge(std::uint64_t tenant, double seconds) {
 }
 
 void FairShare::forget(std::uint64_t tenant) { shares_.erase(tenant); }
+
+double FairShare::weight(std::uint64_t tenant) const {
+  if (auto it = shares_.find(tenant); it != shares_.end()) return it->second.weight;
+  auto c = configured_.find(tenant);
+  return c == configured_.end() ? 1.0 : c->second.first;
+}
 
 }  // namespace nexus::sched

@@ -10,9 +10,10 @@
 //      gets a turn alone.
 //   3. Otherwise its consecutive SFT requests form a group, and other tenants' consecutive SFT
 //      requests of the same key join while their virtual time is within `group_window_s` of the
-//      leader's and the group holds fewer than B samples (grouping then serves them too). The
-//      next micro-batch of a split step joins too, however far ahead its tenant is: it is
-//      already bounded by a turn, and riding in the leader's pass saves a pass's fixed part.
+//      leader's and the group holds fewer than B samples (grouping then serves them too). Once
+//      the group goes (4.), the next micro-batch of a split step rides in the room left, however
+//      far ahead its tenant is: it is already bounded by a turn, and one pass saves a pass's
+//      fixed part (riders come after the members in `take`, which is then not ascending).
 //   4. The group goes when it holds B samples, when every active tenant that could join (within
 //      the window) is in it, or when the leader's oldest request has waited T; else wait.
 //   5. A tenant that returns from idle is lifted to the least virtual time among the tenants with
@@ -66,6 +67,7 @@ class FairShare {
   // `seconds` of compute done for `tenant`: its virtual time advances by seconds / weight.
   void charge(std::uint64_t tenant, double seconds);
   void forget(std::uint64_t tenant);  // a tenant that left for good (its slot freed)
+  double weight(std::uint64_t tenant) const;  // configured or 1, whether or not it has a share now
   const std::map<std::uint64_t, TenantShare>& shares() const { return shares_; }
 
  private:

@@ -11,15 +11,16 @@ double usable(double weight) { return weight > 0 && std::isfinite(weight) ? weig
 
 }  // namespace
 
-TurnBudget weighted_turn(TurnBudget configured, std::span<const double> turn, std::span<const double> others) {
-  if (turn.empty() || others.empty()) return configured;
+TurnBudget weighted_turn(TurnBudget configured, std::span<const double> turn, std::span<const double> active) {
+  if (turn.empty() || active.empty()) return configured;
   double lightest = usable(turn.front()), heaviest = 0;
   for (double w : turn) lightest = std::min(lightest, usable(w));
-  for (double w : others) heaviest = std::max(heaviest, usable(w));
+  for (double w : active) heaviest = std::max(heaviest, usable(w));
   const double scale = std::min(1.0, lightest / heaviest);
   if (scale >= 1.0) return configured;
   const auto least = static_cast<std::int64_t>(std::ceil(static_cast<double>(configured.least) * scale));
-  return {configured.seconds * scale, std::max<std::int64_t>(1, least)};
+  const auto floor = (configured.least + 1) / 2;
+  return {configured.seconds * scale, std::max<std::int64_t>({1, floor, least})};
 }
 
 void TurnSizer::observe(std::int64_t samples, double seconds) {

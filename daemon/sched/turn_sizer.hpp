@@ -23,13 +23,14 @@ struct TurnBudget {
 // The budget of a training turn whose step is split while other tenants train (service.md,
 // "Bounded training turns"). A closed-loop tenant with one step in flight is never backlogged,
 // so virtual time cannot give it its weight: its share is set by how long the turns it waits
-// behind are. So the turn of a tenant lighter than another active one is cut by the ratio of
-// their weights (the heaviest other's), floor included (else the floor, not the weight, would
-// set it); a heavier tenant's turn stays at the configured budget, never above it (that budget
-// is the latency bound every tenant was promised). `turn`: the weights of the tenants in the
-// turn (the lightest decides); `others`: those of the other active training tenants. Weights
-// that are not positive and finite read as 1.
-TurnBudget weighted_turn(TurnBudget configured, std::span<const double> turn, std::span<const double> others);
+// behind are. So the turn of a tenant lighter than the heaviest active one is cut by the ratio of
+// their weights; a heavier tenant's turn stays at the configured budget, never above it (that
+// budget is the latency bound every tenant was promised). The least micro-batch is cut too (else
+// the floor, not the weight, would set the turn), but never below half the configured one: a
+// smaller micro-batch is mostly a pass's fixed part. `turn`: the weights of the tenants in the
+// turn (the lightest decides); `active`: every active training tenant's, the turn's own
+// included. Weights that are not positive and finite read as 1.
+TurnBudget weighted_turn(TurnBudget configured, std::span<const double> turn, std::span<const double> active);
 
 class TurnSizer {
  public:

@@ -3,8 +3,6 @@
 // between a big step's micro-batches, on a fake clock.
 // LibTorch first: c10 defines a glog-style CHECK that aborts; Catch must define the last one.
 #include <torch/torch.h>
-
-#include <algorithm>
 #undef CHECK
 #include <catch2/catch.hpp>
 
@@ -117,7 +115,7 @@ TEST_CASE("the Training Queue serves another tenant between a big step's micro-b
     micro_rode = micro_rode || std::holds_alternative<MicroWork>(w);
     CHECK_FALSE((tenant_of(w) == "big" && std::holds_alternative<TenantWork>(w)));
   }
-  CHECK(std::find(who.begin(), who.end(), "small") != who.end());
+  CHECK(who.front() == "small");
   CHECK(micro_rode);
   share.charge(tenant_id("small"), 0.006), share.charge(tenant_id("big"), 0.02);
   // The executor queues the next micro-batch. The small tenant (a closed loop between its reply
@@ -134,9 +132,9 @@ TEST_CASE("the Training Queue serves another tenant between a big step's micro-b
   turn = q.next(t1 + std::chrono::milliseconds(1), batch, training, 0, active, share, false, wait);
   REQUIRE(turn);
   REQUIRE(turn->works.size() == 2);
-  CHECK(tenant_of(turn->works.front()) == "big");  // the micro-batch was queued first
-  CHECK(std::holds_alternative<MicroWork>(turn->works.front()));
-  CHECK(tenant_of(turn->works.back()) == "small");
+  CHECK(tenant_of(turn->works.front()) == "small");  // the leader, then the rider
+  CHECK(tenant_of(turn->works.back()) == "big");
+  CHECK(std::holds_alternative<MicroWork>(turn->works.back()));
   // With the chain no longer queued, the big tenant's next step may go.
   turn = q.next(t1 + std::chrono::milliseconds(2), batch, training, 0, active, share, false, wait);
   REQUIRE(turn);

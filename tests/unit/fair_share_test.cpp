@@ -31,19 +31,36 @@ TEST_CASE("the tenant with the least virtual time leads, whoever arrived first",
 
 TEST_CASE("a split step's next micro-batch rides in the leader's group however far ahead its tenant is",
           "[sched][fair][turns]") {
-  std::map<std::uint64_t, TenantShare> shares{{1, {5.0}}, {2, {1.0}}, {3, {0.0, 1.0, 1}}};
-  TrainingRequest micro = sft(1, t0);
-  micro.continuation = true;
-  const TrainingRequest q[] = {micro, sft(1, t0 + 1us), sft(2, t0 + 2us)};
+  std::map<std::uint64_t, TenantShare> shares{{1, {5.0}}, {2, {1.0}}, {3, {0.0, 1.0, 1}}, {4, {1.01}}};
+  auto micro = [](std::uint64_t tenant, Clock::time_point at, std::uint32_t samples = 16) {
+    TrainingRequest r = sft(tenant, at, samples);
+    r.continuation = true;
+    return r;
+  };
+  const TrainingRequest q[] = {micro(1, t0), sft(1, t0 + 1us), sft(2, t0 + 2us)};
   auto d = pick_training(q, shares, {1, 2}, t0 + 3ms, policy(64, 0.02));
-  // Tenant 2 leads; tenant 1 is 4 s ahead: its micro-batch rides, its next whole step does not.
-  CHECK(d.take == std::vector<std::size_t>{0, 2});
+  // Tenant 2 leads; tenant 1 is 4 s ahead: its micro-batch rides, after the leader; its next
+  // whole step does not.
+  CHECK(d.take == std::vector<std::size_t>{2, 0});
   d = pick_training(q, shares, {1, 2}, t0 + 3ms, policy(20, 0.02));
   CHECK(d.take == std::vector<std::size_t>{2});  // no room for it: the leader goes alone
   // Nor does it ride with a higher priority class.
-  const TrainingRequest q2[] = {micro, sft(3, t0 + 2us)};
+  const TrainingRequest q2[] = {micro(1, t0), sft(3, t0 + 2us)};
   d = pick_training(q2, shares, {1, 3}, t0 + 3ms, policy(64, 0.02));
   CHECK(d.take == std::vector<std::size_t>{1});
+  // A tenant with two steps split: when the first's micro-batch has no room, the second's does
+  // not overtake it.
+  const TrainingRequest q3[] = {micro(1, t0, 16), micro(1, t0 + 1us, 4), sft(2, t0 + 2us)};
+  d = pick_training(q3, shares, {1, 2}, t0 + 3ms, policy(24, 0.02));
+  CHECK(d.take == std::vector<std::size_t>{2});
+  // A rider neither fills the group early nor takes a member's room: tenant 4 (within the
+  // window, away just now) is still waited for up to T.
+  const TrainingRequest q4[] = {micro(1, t0, 48), sft(2, t0 + 100us)};
+  d = pick_training(q4, shares, {1, 2, 4}, t0 + 1ms, policy(64, 0.02));
+  CHECK(d.take.empty());
+  CHECK(d.wait == std::chrono::microseconds(1100));
+  d = pick_training(q4, shares, {1, 2, 4}, t0 + 3ms, policy(64, 0.02));
+  CHECK(d.take == std::vector<std::size_t>{1, 0});
 }
 
 TEST_CASE("tenants within the window join the leader's group, in arrival order, up to B", "[sched][fair]") {

@@ -43,17 +43,20 @@ TEST_CASE("passes all of one size fall back to the average cost", "[sched][turns
 TEST_CASE("a lighter tenant's turns are cut by its weight, a heavier one's stay at the budget", "[sched][turns]") {
   using nexus::sched::TurnBudget;
   using nexus::sched::weighted_turn;
+  using W = std::vector<double>;
   const TurnBudget budget{0.020, 8};
-  const double one[] = {1.0}, two[] = {2.0}, half_and_one[] = {0.5, 1.0}, bad[] = {0.0, -3.0, std::nan("")};
   auto is = [](TurnBudget b, double seconds, std::int64_t least) {
     return b.seconds == Approx(seconds) && b.least == least;
   };
-  CHECK(is(weighted_turn(budget, one, {}), 0.020, 8));       // alone: the configured budget
-  CHECK(is(weighted_turn(budget, one, one), 0.020, 8));      // equal weights: the same
-  CHECK(is(weighted_turn(budget, two, one), 0.020, 8));      // heavier: never above the budget
-  CHECK(is(weighted_turn(budget, one, two), 0.010, 4));      // weighted 1 beside 2: half, floor too
-  CHECK(is(weighted_turn(budget, one, half_and_one), 0.020, 8));  // the heaviest other decides
-  CHECK(is(weighted_turn(budget, half_and_one, two), 0.005, 2));  // the lightest in the turn decides
-  CHECK(is(weighted_turn({0.020, 1}, one, std::vector<double>{64.0}), 0.020 / 64, 1));  // at least 1
-  CHECK(is(weighted_turn(budget, bad, one), 0.020, 8));      // weights that are not positive read 1
+  CHECK(is(weighted_turn(budget, W{1}, W{}), 0.020, 8));         // nobody active: as configured
+  CHECK(is(weighted_turn(budget, W{1}, W{1, 1}), 0.020, 8));     // equal weights: the same
+  CHECK(is(weighted_turn(budget, W{2}, W{2, 1}), 0.020, 8));     // heavier: never above the budget
+  CHECK(is(weighted_turn(budget, W{1}, W{1, 2}), 0.010, 4));     // weighted 1 beside 2: half, floor too
+  CHECK(is(weighted_turn(budget, W{1}, W{1, 0.5}), 0.020, 8));   // the heaviest decides
+  CHECK(is(weighted_turn(budget, W{1, 2}, W{1, 2}), 0.010, 4));  // grouped with the heavy one: still cut
+  // A quarter of the budget, but the least micro-batch no smaller than half the configured one:
+  // below that a micro-batch is mostly a pass's fixed part.
+  CHECK(is(weighted_turn(budget, W{0.5, 1}, W{0.5, 1, 2}), 0.005, 4));
+  CHECK(is(weighted_turn({0.020, 1}, W{1}, W{1, 64}), 0.020 / 64, 1));
+  CHECK(is(weighted_turn(budget, W{0.0, -3.0, std::nan("")}, W{1}), 0.020, 8));  // not positive: 1
 }
