@@ -82,7 +82,8 @@ std::map<std::string, double> rates(const FairnessOptions& o, const test::Daemon
 
 // Batch 128 and batch 4, closed loops: what each keeps of its own alone rate, with equal
 // weights, with the small tenant weighted 2 and with the big one weighted 2; then the same
-// equal-weight pair on a daemon whose steps stay whole ([model] max_training_turn_ms = 0, as before turns existed), side by side.
+// equal-weight pair on a daemon whose steps stay whole ([model] max_training_turn_ms = 0, as
+// before turns existed), side by side.
 void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
   test::TempDir dir;
   {

@@ -51,7 +51,8 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
       const auto& w = training_[i];
       const auto id = tenant_id(tenant_of(w));
       if (chained.count(id) && !std::holds_alternative<MicroWork>(w)) continue;
-      views.push_back({id, key_of(w), samples_of(w), is_batchable(w), arrival_of(w), std::holds_alternative<MicroWork>(w)});
+      const bool continuation = std::holds_alternative<MicroWork>(w);
+      views.push_back({id, key_of(w), samples_of(w), is_batchable(w), arrival_of(w), continuation});
       position.push_back(i);
     }
     if (views.empty()) return std::nullopt;

@@ -87,10 +87,11 @@ Decision pick_training(std::span<const TrainingRequest> pending, const std::map<
     d.wait = policy.batch.max_wait - waited;
     return d;
   }
-  // 5. Riders: a split step's next micro-batch, in the room the group left once it goes (so it
+  // 4b. Riders: a split step's next micro-batch, in the room the group left once it goes (so it
   // neither takes a member's place nor makes the group go early), after the members in `take`
-  // (the turn's first work names who it served in the accounting). A tenant whose micro-batch does not fit blocks its later ones:
-  // its requests never overtake each other (it may have two steps split at once).
+  // (the turn's first work names who it served in the accounting). A tenant whose micro-batch
+  // does not fit blocks its later ones: its requests never overtake each other (it may have two
+  // steps split at once).
   std::set<std::uint64_t> skipped;
   for (std::size_t i = 0; i < pending.size(); ++i) {
     const TrainingRequest& r = pending[i];

@@ -37,7 +37,7 @@ struct TrainingRequest {
   std::uint32_t samples = 1;
   bool batchable = true;        // an SFT step (grouped); false: a turn of its own
   Clock::time_point arrival{};
-  bool continuation = false;    // the next micro-batch of a step already under way (rides: 3.)
+  bool continuation = false;    // the next micro-batch of a step already under way (rides: 3., 4b)
 };
 
 struct TenantShare {

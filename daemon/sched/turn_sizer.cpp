@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace nexus::sched {
 namespace {
@@ -13,7 +14,7 @@ double usable(double weight) { return weight > 0 && std::isfinite(weight) ? weig
 
 TurnBudget weighted_turn(TurnBudget configured, std::span<const double> turn, std::span<const double> active) {
   if (turn.empty() || active.empty()) return configured;
-  double lightest = usable(turn.front()), heaviest = 0;
+  double lightest = std::numeric_limits<double>::infinity(), heaviest = 0;
   for (double w : turn) lightest = std::min(lightest, usable(w));
   for (double w : active) heaviest = std::max(heaviest, usable(w));
   const double scale = std::min(1.0, lightest / heaviest);
