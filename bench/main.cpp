@@ -87,6 +87,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mix", "sft-cache", "all"}));
   workload_cmd->add_flag("--profile", workload.profile,
                         "mix: where each executor lane's time went (backbone, copy, heads, optimizer, other, wait)");
+  workload_cmd->add_option("--inference-lanes", workload.inference_lanes,
+                           "mix: executor lanes serving inference, on every daemon of the run (default: nexusd's)")
+      ->check(CLI::Range(1, 8));
+  workload_cmd->add_option("--training-lanes", workload.training_lanes,
+                           "mix: 0 (training on the first inference lane) or 1, on every daemon of the run "
+                           "(default: nexusd's)")
+      ->check(CLI::Range(0, 1));
+  workload_cmd->add_option("--torch-threads", workload.torch_threads,
+                           "mix: LibTorch intra-op threads per pass on every daemon of the run (0: one per core; "
+                           "default: nexusd's)")
+      ->check(CLI::Range(0, 1024));
   workload_cmd->add_option("--cache-epochs", workload.cache_epochs, "sft-cache: epochs per tenant")
       ->check(CLI::Range(2, 100));
   workload_cmd->add_flag("--json", workload.json, "last line: one JSON object of figures");

@@ -22,6 +22,9 @@ struct WorkloadOptions {
   std::string scenario = "all";  // mix (3 RL + 1 SFT), sft-cache (two SFT tenants, feature cache off/on), all
   int cache_epochs = 4;          // sft-cache: epochs per tenant
   bool profile = false;          // mix: each executor lane's time split (backbone, copy, heads, optimizer, wait)
+  // mix: nexusd's [model] inference_lanes and training_lanes, shared and isolated alike (< 0: its defaults)
+  int inference_lanes = -1, training_lanes = -1;
+  int torch_threads = -1;        // mix: nexusd's [model] torch_threads (< 0: its default)
   std::string out;          // directory for workload.csv, timeline.csv, timeline.png (default: a temp dir)
   bool json = false;
   std::string nexusd, nexusctl, rl_tenant, sft_demos_tenant, python, plot_script;

@@ -2,6 +2,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -36,18 +37,21 @@ struct Run {
   double cpu_s = 0;                          // CPU time of the daemon and the tenants while it ran
 };
 
-// nexus_executor_seconds_total{replica="i",...,part="p"} v -> lanes[i][p] = v.
+// nexus_executor_seconds_total{replica="i",lane="l",...,part="p"} v -> lanes[k][p] = v, one k
+// per (replica, lane) in the order the metrics list them.
 std::vector<std::map<std::string, double>> executor_profile(const std::string& metrics) {
   std::vector<std::map<std::string, double>> lanes;
+  std::vector<std::string> seen;  // each lane's labels before part=
   std::istringstream in(metrics);
-  const std::string family = "nexus_executor_seconds_total{replica=\"";
+  const std::string family = "nexus_executor_seconds_total{";
   for (std::string line; std::getline(in, line);) {
     if (line.rfind(family, 0) != 0) continue;
-    const auto lane = static_cast<std::size_t>(std::stoul(line.substr(family.size())));
-    const auto part_at = line.find("part=\"") + 6;
-    const auto part = line.substr(part_at, line.find('"', part_at) - part_at);
-    if (lanes.size() <= lane) lanes.resize(lane + 1);
-    lanes[lane][part] = std::stod(line.substr(line.rfind(' ') + 1));
+    const auto part_label = line.find("part=\"");
+    const auto which = line.substr(0, part_label);
+    auto at = std::find(seen.begin(), seen.end(), which);
+    if (at == seen.end()) seen.push_back(which), lanes.emplace_back(), at = seen.end() - 1;
+    const auto part = line.substr(part_label + 6, line.find('"', part_label + 6) - part_label - 6);
+    lanes[static_cast<std::size_t>(at - seen.begin())][part] = std::stod(line.substr(line.rfind(' ') + 1));
   }
   return lanes;
 }
@@ -88,7 +92,16 @@ Run run_on_one_daemon(const WorkloadOptions& o, const std::vector<TenantWork>& t
   Run run;
   const std::string timeline = dir + "/" + label + "-timeline.csv";
   {
-    test::Daemon daemon({"--log-level", "warn", "--timeline", timeline}, o.nexusd);
+    std::vector<std::string> args{"--log-level", "warn", "--timeline", timeline};
+    if (o.inference_lanes >= 0 || o.training_lanes >= 0 || o.torch_threads >= 0) {
+      std::ofstream config(dir + "/nexusd.toml");
+      config << "[model]\n";
+      if (o.inference_lanes >= 0) config << "inference_lanes = " << o.inference_lanes << "\n";
+      if (o.training_lanes >= 0) config << "training_lanes = " << o.training_lanes << "\n";
+      if (o.torch_threads >= 0) config << "torch_threads = " << o.torch_threads << "\n";
+      args.insert(args.end(), {"-c", dir + "/nexusd.toml"});
+    }
+    test::Daemon daemon(args, o.nexusd);
     const auto t0 = Clock::now();
     // Counted from here, as wall time is: the daemon's start-up (loading the backbone) is not.
     const double daemon_cpu0 = test::process_cpu_seconds(daemon.pid()), tenants_cpu0 = reaped_children_cpu_s();
@@ -193,6 +206,8 @@ int run_workload(const WorkloadOptions& o) {
   // spread over every core: the most any scheduler could save on this machine.
   const double cores = static_cast<double>(::sysconf(_SC_NPROCESSORS_ONLN));
   j["cores"] = cores;
+  j["inference_lanes"] = o.inference_lanes, j["training_lanes"] = o.training_lanes;  // < 0: nexusd's defaults
+  j["torch_threads"] = o.torch_threads;  // < 0: nexusd's default
   j["cpu_s_isolated"] = cpu_isolated, j["cpu_s_shared"] = shared.cpu_s;
   const double cpu_util_isolated = cpu_isolated / (cores * isolated_s);
   j["cpu_util_isolated"] = cpu_util_isolated;

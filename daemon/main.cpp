@@ -35,6 +35,9 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.model.group_window_s = c.group_window_ms / 1000.0;
   m.model.min_training_share = c.min_training_share;
   m.model.max_training_turn_s = c.max_training_turn_ms / 1000.0;
+  m.model.inference_lanes = static_cast<int>(c.inference_lanes);
+  m.model.training_lanes = static_cast<int>(c.training_lanes);
+  m.model.torch_threads = static_cast<int>(c.torch_threads);
   m.model.state_dir = c.state_dir;
   m.model.deterministic = c.deterministic;
   m.model.max_request_gflop = c.max_request_gflop;

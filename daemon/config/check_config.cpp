@@ -42,6 +42,11 @@ int check_config(const DaemonConfig& c, const std::string& source) {
               c.max_tenants, c.max_tenants_per_uid, c.max_in_flight,
               static_cast<unsigned long long>(c.request_bytes_per_tenant >> 20), c.max_request_gflop, c.versions_kept,
               static_cast<long long>(c.idle_evict.count()));
+  if (c.deterministic)
+    std::printf("  lanes    1 per replica, a turn at a time (deterministic mode keeps one)\n");
+  else
+    std::printf("  lanes    %u inference, %s per replica (their turns run side by side)\n", c.inference_lanes,
+                c.training_lanes ? "1 training" : "training on the first inference lane");
   std::printf("           training turns of at most %.0f ms%s\n", c.max_training_turn_ms,
               c.max_training_turn_ms > 0 && !c.deterministic ? " (bigger steps run as micro-batches)" : " (steps never split)");
   std::printf("           per user: %u names, %u slots, %u checkpoints (%llu MiB); jobs: %u per tenant, %u in all\n",

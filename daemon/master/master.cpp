@@ -210,9 +210,12 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   const auto m = impl_->model.stats();
   ServiceStatus s;
   s.backbone = impl_->model.backbone().name;
-  for (const auto& r : m.replicas)
+  for (const auto& r : m.replicas) {
     s.replicas.push_back({r.device, r.tenants, r.groups, r.samples, r.profile.turns_s, r.profile.backbone_s,
-                          r.profile.copy_s, r.profile.heads_s, r.profile.optimizer_s});
+                          r.profile.copy_s, r.profile.heads_s, r.profile.optimizer_s, {}});
+    for (const auto& l : r.lanes)
+      s.replicas.back().lanes.push_back({l.serves, l.turns_s, l.backbone_s, l.copy_s, l.heads_s, l.optimizer_s});
+  }
   s.groups = m.groups, s.requests = m.grouped_requests, s.samples = m.samples;
   s.input_bytes_packed = m.input_bytes_packed, s.rerun_groups = m.rerun_groups;
   s.split_steps = m.split_steps;

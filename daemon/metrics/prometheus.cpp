@@ -73,17 +73,21 @@ std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus*
   w.family("nexus_slots", "gauge", "Tenant slots, resident in memory or evicted to their checkpoint.");
   w.sample("nexus_slots", "state=\"resident\"", static_cast<double>(s->slots_resident));
   w.sample("nexus_slots", "state=\"evicted\"", static_cast<double>(s->slots_evicted));
-  // Where each executor's time goes (a replica's lane): `nexus-bench workload --profile`.
+  // Where each executor lane's time goes: `nexus-bench workload --profile`.
   w.family("nexus_executor_seconds_total", "counter",
-           "Executor time per replica: its turns, and within them backbone, copy (packing inputs, results out), "
-           "heads (forward, backward, RL updates, slot operations), optimizer steps.");
+           "Executor time per replica and lane (serving both queues, inference or training): its turns, and within them backbone, copy "
+           "(packing inputs, results out), heads (forward, backward, RL updates, slot operations), optimizer steps.");
   for (std::size_t i = 0; i < s->replicas.size(); ++i) {
     const auto& r = s->replicas[i];
-    const std::string lane = "replica=\"" + std::to_string(i) + "\",device=\"" + label(r.device) + "\",part=\"";
-    const std::pair<const char*, double> parts[] = {{"turns", r.turns_s},     {"backbone", r.backbone_s},
-                                                    {"copy", r.copy_s},       {"heads", r.heads_s},
-                                                    {"optimizer", r.optimizer_s}};
-    for (const auto& [part, seconds] : parts) w.sample("nexus_executor_seconds_total", lane + part + "\"", seconds);
+    for (std::size_t k = 0; k < r.lanes.size(); ++k) {
+      const auto& l = r.lanes[k];
+      const std::string lane = "replica=\"" + std::to_string(i) + "\",lane=\"" + std::to_string(k) + "\",serves=\"" +
+                               l.serves + "\",device=\"" + label(r.device) + "\",part=\"";
+      const std::pair<const char*, double> parts[] = {{"turns", l.turns_s},     {"backbone", l.backbone_s},
+                                                      {"copy", l.copy_s},       {"heads", l.heads_s},
+                                                      {"optimizer", l.optimizer_s}};
+      for (const auto& [part, seconds] : parts) w.sample("nexus_executor_seconds_total", lane + part + "\"", seconds);
+    }
   }
   const auto& fc = s->feature_cache;
   w.family("nexus_feature_cache_lookups_total", "counter",

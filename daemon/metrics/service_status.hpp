@@ -61,6 +61,13 @@ struct ReplicaStatus {
   // Its executor's time (model::ExecutorProfile): turns, and within them backbone, copies, heads,
   // optimizer steps.
   double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0;
+  // The same per executor lane, in order; `serves`: "both" (one lane serves both queues),
+  // "inference" or "training".
+  struct Lane {
+    std::string serves;
+    double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0;
+  };
+  std::vector<Lane> lanes;
 };
 
 // One Unix user's use of what the daemon keeps per user; names come from the reactor's registry,

@@ -100,8 +100,8 @@ void GroupExecutor::backward_deferred(std::vector<DeferredStep>& deferred, metri
   // Most of it is the backward through the backbone's blocks: the profile counts it there, all
   // but the optimizer steps (counted with the heads', which the turn moves out of heads_s).
   const double optimizer = optimizer_seconds_this_thread() - optimizer0;
-  stats_.profile.backbone_s += seconds - optimizer;
-  stats_.profile.heads_s += optimizer;
+  profile_.backbone_s += seconds - optimizer;
+  profile_.heads_s += optimizer;
 }
 
 }  // namespace nexus::model::detail

@@ -39,6 +39,7 @@ GroupExecutor::GroupExecutor(const GroupExecutorParts& p)
       deterministic_(p.deterministic),
       accounting_(p.accounting),
       stats_(p.stats),
+      profile_(p.profile),
       stats_mu_(p.stats_mu) {}
 
 GroupExecutor::Ran GroupExecutor::run(std::vector<Work>& group, metrics::Service service, std::int64_t split_above) {
@@ -124,8 +125,8 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
     else
       features = adaptable_->forward_adapted(dev_img, dev_tokens, dev_masks, adapters, training);
     std::lock_guard lk(stats_mu_);
-    stats_.profile.copy_s += pack_s;
-    stats_.profile.backbone_s -= pack_s;  // pass() adds the whole pass's time
+    profile_.copy_s += pack_s;
+    profile_.backbone_s -= pack_s;  // pass() adds the whole pass's time
     // images, tokens (int32) and mask (one byte) of every sample, packed once
     stats_.input_bytes_packed += static_cast<std::uint64_t>(img.numel()) +
                                  static_cast<std::uint64_t>(img.size(0) * 5 * backbone_.config().max_tokens);
@@ -165,7 +166,7 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
     stats_.grouped_requests += bound.size();
     stats_.samples += static_cast<std::uint64_t>(samples);
     stats_.backbone_seconds += backbone_s;
-    stats_.profile.backbone_s += backbone_s;
+    profile_.backbone_s += backbone_s;
   }
   // Partition: each member gets narrow() views of the group's features, no copy. Members that
   // train an adapter get the views that carry its graph; everyone else a detached view, so that
@@ -203,13 +204,13 @@ void GroupExecutor::pass(std::span<Bound> bound, metrics::Service service, Ran& 
     }
     std::lock_guard lk(stats_mu_);
     stats_.head_seconds += head_s;
-    stats_.profile.heads_s += head_s;  // the optimizer's part is moved out per turn (Replica::execute)
+    profile_.heads_s += head_s;  // the optimizer's part is moved out per turn (Replica::execute)
   }
   if (!deferred.empty()) backward_deferred(deferred, service, ran);
   const auto c0 = sched::Clock::now();
   answer_predictions(predictions);
   std::lock_guard lk(stats_mu_);
-  stats_.profile.copy_s += std::chrono::duration<double>(sched::Clock::now() - c0).count();
+  profile_.copy_s += std::chrono::duration<double>(sched::Clock::now() - c0).count();
 }
 
 }  // namespace nexus::model::detail

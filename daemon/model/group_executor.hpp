@@ -11,7 +11,8 @@
 // Accounting: the pass's backbone time is charged to the members by their share of samples;
 // each head's time to its own tenant.
 //
-// Thread safety: the executor thread only.
+// Thread safety: its lane's thread only (a replica's lanes have one executor each), with the
+// group's slots leased (SlotRegistry::lease).
 #pragma once
 #include <map>
 #include <mutex>
@@ -38,6 +39,7 @@ struct GroupExecutorParts {
   bool deterministic = false;              // one fixed order of floating-point work (bitwise results)
   metrics::Accounting* accounting = nullptr;  // null: nothing charged (tests)
   ModelStats& stats;                       // guarded by stats_mu
+  ExecutorProfile& profile;                // its lane's; guarded by stats_mu
   std::mutex& stats_mu;
 };
 
@@ -107,6 +109,7 @@ class GroupExecutor {
   const bool deterministic_;
   metrics::Accounting* accounting_;
   ModelStats& stats_;
+  ExecutorProfile& profile_;
   std::mutex& stats_mu_;
   FeatureCache* cache_ = nullptr;
   daemon::ContentDigest backbone_digest_{};

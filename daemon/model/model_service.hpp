@@ -1,11 +1,12 @@
 // The model service: one resident, frozen backbone per device (a replica), the tenants' slots
-// (head, optimizer, published versions), and per replica one executor thread that serves two
+// (head, optimizer, published versions), and per replica executor lanes (threads) that serve two
 // queues in turns:
 //   Inference Queue  predict and RL acting: first at every turn, group-batched by T and B.
 //   Training Queue   SFT steps, RL update minibatches, slot operations: picked by weighted fair
 //                    share (sched/fair_share.hpp), SFT steps group-batched too.
 // A turn is one group pass (or one slot operation): inference never waits behind a queue of
-// training work, only behind the turn in progress (daemon/model/replica.hpp).
+// training work; with a training lane of its own (the default) not behind training turns either,
+// only behind a turn of the same tenant (daemon/model/replica.hpp).
 //
 // Placement: a tenant is placed on one replica when it is first seen (attach, or its first
 // request): the one its config pins it to, else the one with the fewest tenants placed. It stays
@@ -168,6 +169,12 @@ struct ModelConfig {
   // A training step that would take longer runs as micro-batches with gradient accumulation,
   // other tenants' turns between them (0: steps stay whole; so does deterministic mode).
   double max_training_turn_s = 0.020;
+  // Executor lanes per replica (service.md, "Executor lanes"): threads that serve the Inference
+  // Queue, and 0 or 1 that serves the Training Queue (0: the first inference lane serves both, a
+  // turn at a time). Deterministic mode keeps one lane for both (bitwise results need one fixed
+  // order of work).
+  int inference_lanes = 2;
+  int training_lanes = 1;
   int torch_threads = 0;                 // 0: all cores
   std::string state_dir = "/var/lib/nexus";  // checkpoints: <state_dir>/tenants/<uid>/<tenant>/ (0700)
   bool deterministic = false;            // one backbone pass per request (bitwise per-tenant results)
@@ -186,6 +193,7 @@ struct ModelConfig {
 // scheduling) is turns - the four; the executor waited for work the rest of the wall time.
 struct ExecutorProfile {
   double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0;
+  std::string serves;  // a lane's queues: "both", "inference", "training" (a replica's sum: "")
 };
 
 struct ReplicaStats {
@@ -193,7 +201,8 @@ struct ReplicaStats {
   std::size_t tenants = 0;   // placed on it
   std::uint64_t groups = 0;  // its backbone passes
   std::uint64_t samples = 0;
-  ExecutorProfile profile;   // its executor's
+  ExecutorProfile profile;   // its lanes' together
+  std::vector<ExecutorProfile> lanes;  // each lane's, in the replica's order
 };
 
 struct ModelStats {
@@ -203,7 +212,8 @@ struct ModelStats {
   double backbone_seconds = 0;
   double head_seconds = 0;
   std::uint64_t input_bytes_packed = 0;  // arena bytes copied into group batches
-  ExecutorProfile profile;               // a replica's; ModelService::stats(): per replica in `replicas`
+  ExecutorProfile profile;               // a replica's lanes' together; ModelService::stats(): per replica in `replicas`
+  std::vector<ExecutorProfile> lanes;    // a replica's, per lane
   std::uint64_t rerun_groups = 0;        // group passes that failed and were re-run member by member
   std::uint64_t split_steps = 0;         // SFT steps run as micro-batches (bounded training turns)
   std::size_t slots_resident = 0, slots_evicted = 0;

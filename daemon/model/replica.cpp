@@ -71,37 +71,64 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
                " deterministic=" + (config.deterministic ? "true" : "false"));
   for (const auto& [tenant, p] : config.tenants) share_.configure(tenant_id(tenant), p.weight, p.priority);
   registry_ = std::make_unique<SlotRegistry>(config, bc, device_, quotas, dynamic_cast<AdaptableBackbone*>(backbone_.get()) != nullptr);
-  executor_ = std::make_unique<GroupExecutor>(GroupExecutorParts{
-      .backbone = *backbone_,
-      .device = device_,
-      .slots = *registry_,
-      .cost = make_cost_model(*backbone_, bc, config.max_request_gflop, builtin),
-      .deterministic = config.deterministic,
-      .accounting = accounting_.get(),
-      .stats = stats_,
-      .stats_mu = stats_mu_});
+  // Deterministic mode keeps one lane: bitwise results need one fixed order of work.
+  const auto inference_lanes = config.deterministic ? 1 : static_cast<std::size_t>(std::max(1, config.inference_lanes));
+  const bool training_lane = !config.deterministic && config.training_lanes > 0;
+  const std::size_t lanes = inference_lanes + (training_lane ? 1 : 0);
+  stats_.lanes.resize(lanes);
+  for (std::size_t i = 0; i < lanes; ++i) {
+    auto lane = std::make_unique<Lane>();
+    lane->index = i;
+    using S = WorkQueues::Serves;
+    lane->serves = i == inference_lanes ? S::Training : i == 0 && !training_lane ? S::Both : S::Inference;
+    stats_.lanes[i].serves = lane->serves == S::Both ? "both" : lane->serves == S::Inference ? "inference" : "training";
+    lane->executor = std::make_unique<GroupExecutor>(GroupExecutorParts{
+        .backbone = *backbone_,
+        .device = device_,
+        .slots = *registry_,
+        .cost = make_cost_model(*backbone_, bc, config.max_request_gflop, builtin),
+        .deterministic = config.deterministic,
+        .accounting = accounting_.get(),
+        .stats = stats_,
+        .profile = stats_.lanes[i],
+        .stats_mu = stats_mu_});
+    lanes_.push_back(std::move(lane));
+  }
   if (cache) {
     cache_ = std::move(cache);
     const auto digest = backbone_digest(*backbone_, config.backbone, config.weights);
-    executor_->use_feature_cache(cache_.get(), digest);
+    for (auto& lane : lanes_) lane->executor->use_feature_cache(cache_.get(), digest);
     log_text(LogLevel::Info, "feature_cache",
              "device=" + device_name_ + " backbone_digest=" + daemon::to_hex(digest).substr(0, 16) +
                  " mib=" + std::to_string(cache_->config().bytes >> 20) + " mib_per_tenant=" +
                  std::to_string(cache_->config().bytes_per_tenant >> 20) + " disk_mib=" +
                  std::to_string(cache_->config().disk_bytes >> 20) + " shared=" + (cache_->config().shared ? "true" : "false"));
   }
+  log_text(LogLevel::Info, "executor_lanes",
+           "device=" + device_name_ + " inference=" + std::to_string(inference_lanes) +
+               " training=" + (training_lane ? "1" : "0(on_the_first)"));
+  // Role names: lane 0 keeps the replica's (what `nexusctl status` has always called its
+  // executor), then "<it>.inference1", ..., and "<it>.training".
+  for (std::size_t i = 0; i < lanes; ++i)
+    start_lane(*lanes_[i], i == 0                ? role_name
+                           : i == inference_lanes ? role_name + ".training"
+                                                  : role_name + ".inference" + std::to_string(i));
+}
+
+void Replica::start_lane(Lane& lane, const std::string& role_name) {
   if (health_)
-    role_ = health_->add(role_name, std::chrono::milliseconds(0), [this] {
+    lane.role = health_->add(role_name, std::chrono::milliseconds(0), [this, &lane] {
       std::lock_guard lk(threads_mu_);
-      retired_.push_back(std::move(thread_));
-      thread_ = std::thread([this, g = role_->generation()] { run(g); });
+      lane.retired.push_back(std::move(lane.thread));
+      lane.thread = std::thread([this, &lane, g = lane.role->generation()] { run(lane, g); });
     });
   std::lock_guard lk(threads_mu_);
-  thread_ = std::thread([this] { run(1); });
+  lane.thread = std::thread([this, &lane] { run(lane, 1); });
 }
 
 Replica::~Replica() {
-  if (role_) health_->remove(role_);  // no restart from here on
+  for (auto& lane : lanes_)
+    if (lane->role) health_->remove(lane->role);  // no restart from here on
   {
     MutexLock lk(mu_);
     stop_ = true;
@@ -109,8 +136,10 @@ Replica::~Replica() {
   cv_.notify_all();
   {
     std::lock_guard lk(threads_mu_);
-    thread_.join();
-    for (auto& t : retired_) t.join();
+    for (auto& lane : lanes_) {
+      lane->thread.join();
+      for (auto& t : lane->retired) t.join();
+    }
   }
   std::vector<Work> left;
   {
@@ -119,7 +148,7 @@ Replica::~Replica() {
   }
   for (auto& w : left)
     if (!cancelled(w)) fail(w, Fault::Internal, "nexusd is stopping");
-  // The executor has stopped (joined above): the slots are ours to write from this thread.
+  // The lanes have stopped (joined above): the slots are ours to write from this thread.
   const auto written = registry_->checkpoint_all();
   log_text(LogLevel::Info, "slots_checkpointed", "device=" + device_name_ + " slots=" + std::to_string(written));
 }
@@ -138,7 +167,7 @@ void Replica::submit(Work w) {
     }
     queues_.push(std::move(w), share_, returning);
   }
-  cv_.notify_one();
+  cv_.notify_all();  // whichever lane serves its queue
 }
 
 void Replica::tenant_attached(const std::string& tenant, std::uint32_t uid) {
@@ -156,7 +185,7 @@ void Replica::tenant_detached(const std::string& tenant) {
     attached_ids_.erase(tenant_id(tenant));
     attached_.erase(tenant);
   }
-  cv_.notify_one();  // a waiting group may now hold every active tenant
+  cv_.notify_all();  // a waiting group may now hold every active tenant
 }
 
 void Replica::tenant_released(const std::string& tenant) { registry_->released(tenant); }
@@ -172,6 +201,11 @@ ModelStats Replica::stats() const {
   {
     std::lock_guard lk(stats_mu_);
     s = stats_;
+  }
+  s.profile = {};
+  for (const auto& l : s.lanes) {
+    s.profile.turns_s += l.turns_s, s.profile.backbone_s += l.backbone_s, s.profile.copy_s += l.copy_s;
+    s.profile.heads_s += l.heads_s, s.profile.optimizer_s += l.optimizer_s;
   }
   MutexLock lk(mu_);
   s.inference_queued = queues_.inference_size();

@@ -1,21 +1,25 @@
 // One backbone replica and everything it serves (model service internals): its own copy of the
-// frozen backbone on its device, the slots of the tenants placed on it, and one executor thread
-// that serves its two queues in turns:
+// frozen backbone on its device, the slots of the tenants placed on it, and its executor lanes
+// that serve its two queues in turns:
 //   Inference Queue  predict and RL acting: first at every turn, group-batched by T and B.
 //   Training Queue   SFT steps, RL update minibatches, slot operations: picked by weighted fair
 //                    share (sched/fair_share.hpp), SFT steps group-batched too.
 // A turn is one group pass (or one slot operation): inference never waits behind a queue of
-// training work, only behind the turn in progress. Replicas share nothing but the accounting
-// and the state directory, so a tenant's requests must always reach the replica its slot is on
+// training work, only behind the turn in progress. With `[model] lanes = 2` each queue has a lane
+// (a thread) of its own and inference does not wait behind training turns at all, except a
+// tenant's own: a turn leases the slots it touches (SlotRegistry::lease), so one tenant's head is
+// never read by one lane while the other steps it. Replicas share nothing but the accounting and
+// the state directory, so a tenant's requests must always reach the replica its slot is on
 // (ModelService places tenants; model_service.cpp).
 //
-// The executor is a Health Manager role (failure reports: a loop that throws is restarted on a
-// new thread with back-off). A slow turn is not taken over: a second thread cannot own the
-// backbone and slots while the first may still be inside a pass; a turn's work is bounded by
+// Each lane is a Health Manager role (failure reports: a loop that throws is restarted on a new
+// thread with back-off). A slow turn is not taken over: a second thread cannot take a lane's
+// slots while the first may still be inside a pass; a turn's work is bounded by
 // max_request_gflop instead.
 //
-// Thread safety: every public member may be called from any thread. Slots and the backbone are
-// touched by the executor thread only.
+// Thread safety: every public member may be called from any thread. The backbone is frozen: its
+// forward runs on both lanes at once (no gradients reach its weights). A slot is touched only by
+// the lane that leased it.
 #pragma once
 #include <condition_variable>
 #include <map>
@@ -69,9 +73,21 @@ class Replica {
   // A tenant with no training work for this long is idle: it comes back with no banked credit.
   static constexpr auto kIdleGrace = std::chrono::seconds(1);
 
-  void run(std::uint64_t generation);
-  void serve(std::uint64_t generation);
-  void execute(WorkQueues::Turn& turn);
+  // An executor lane: one thread (generation after generation: a Health Manager role of its own)
+  // serving one queue or both, with its own GroupExecutor.
+  struct Lane {
+    std::size_t index = 0;  // its profile: stats_.lanes[index]; lane 0 also evicts idle slots
+    WorkQueues::Serves serves = WorkQueues::Serves::Both;
+    std::unique_ptr<GroupExecutor> executor;  // this lane's thread only
+    std::shared_ptr<daemon::Role> role;       // null without a manager
+    std::thread thread;                       // GUARDED_BY(threads_mu_): the lane's thread now
+    std::vector<std::thread> retired;         // GUARDED_BY(threads_mu_): generations that threw and left
+  };
+
+  void start_lane(Lane& lane, const std::string& role_name);
+  void run(Lane& lane, std::uint64_t generation);
+  void serve(Lane& lane, std::uint64_t generation);
+  void execute(Lane& lane, WorkQueues::Turn& turn);
   std::map<std::string, double> run_single(Work& w);
   // Samples a training turn of `turn`'s tenants may take within [model] max_training_turn_ms,
   // cut by their weight beside heavier active tenants (0: steps stay whole: no budget, or
@@ -88,12 +104,12 @@ class Replica {
   daemon::HealthManager* const health_;
   std::unique_ptr<Backbone> backbone_;
   std::shared_ptr<FeatureCache> cache_;      // before executor_, which uses it
-  std::unique_ptr<SlotRegistry> registry_;   // slots: executor thread (pins: any)
-  std::unique_ptr<GroupExecutor> executor_;  // executor thread only
+  std::unique_ptr<SlotRegistry> registry_;   // slots: leased by a lane's turn (pins: any)
+  std::vector<std::unique_ptr<Lane>> lanes_;  // fixed once constructed
 
   // The queues' lock: held to queue, to pick a turn and to account for it, never across a pass.
   mutable Mutex mu_;
-  std::condition_variable cv_;  // waits on mu_.native()
+  std::condition_variable cv_;  // waits on mu_.native(); every lane waits on it: notify_all
   WorkQueues queues_ NEXUS_GUARDED_BY(mu_);
   sched::FairShare share_ NEXUS_GUARDED_BY(mu_);
   std::map<std::uint64_t, sched::Clock::time_point> last_training_ NEXUS_GUARDED_BY(mu_);
@@ -112,11 +128,8 @@ class Replica {
   sched::Clock::time_point last_turn_end_ NEXUS_GUARDED_BY(mu_) = sched::Clock::now();
 
   mutable std::mutex stats_mu_;
-  ModelStats stats_;  // GUARDED_BY(stats_mu_)
-  std::shared_ptr<daemon::Role> role_;  // the executor's (Health Manager); null without one
-  std::mutex threads_mu_;
-  std::thread thread_;                 // GUARDED_BY(threads_mu_): the executor now
-  std::vector<std::thread> retired_;   // GUARDED_BY(threads_mu_): generations that threw and left
+  ModelStats stats_;  // GUARDED_BY(stats_mu_); stats_.lanes sized once, before the lanes start
+  std::mutex threads_mu_;  // the lanes' threads
 };
 
 }  // namespace nexus::model::detail

@@ -1,5 +1,6 @@
-// A replica's executor: its role's generations, the loop that takes one turn at a time from the
-// queues (inference first), a grouped turn's execution and accounting, and turns of their own.
+// A replica's executor lanes: each lane's role generations, the loop that takes one turn at a time
+// from the queues it serves (inference first), a grouped turn's execution and accounting, and
+// turns of their own.
 #include <c10/core/DeviceGuard.h>
 #include <torch/torch.h>
 
@@ -14,20 +15,20 @@ using metrics::Service;
 
 // One generation of the executor's role: a loop that throws reports it and leaves; the Health
 // Manager starts the next generation (the queues and slots are as the last turn left them).
-void Replica::run(std::uint64_t generation) {
+void Replica::run(Lane& lane, std::uint64_t generation) {
   try {
-    serve(generation);
+    serve(lane, generation);
   } catch (const std::exception& e) {
-    if (!role_) throw;  // no manager: nothing would restart it
-    role_->failed(std::string("executor: ") + e.what(), generation);
+    if (!lane.role) throw;  // no manager: nothing would restart it
+    lane.role->failed(std::string("executor: ") + e.what(), generation);
   } catch (...) {
-    if (!role_) throw;
-    role_->failed("executor: unknown exception", generation);
+    if (!lane.role) throw;
+    lane.role->failed("executor: unknown exception", generation);
   }
 }
 
-// The executor: one turn at a time, inference first (work_queues.hpp).
-void Replica::serve(std::uint64_t generation) {
+// A lane: one turn at a time from the queues it serves, inference first (work_queues.hpp).
+void Replica::serve(Lane& lane, std::uint64_t generation) {
   // Every tensor this thread makes without naming a device lands on the replica's device.
   c10::OptionalDeviceGuard device_guard;
   if (device_.is_cuda()) device_guard.reset_device(device_);
@@ -42,34 +43,41 @@ void Replica::serve(std::uint64_t generation) {
     std::optional<WorkQueues::Turn> turn;
     {
       MutexLock lk(mu_);
-      if (stop_ || (role_ && !role_->current(generation))) return;
-      if (!queues_.empty() && daemon::fault::at(daemon::fault::Point::ExecutorTurn) == daemon::fault::Action::Throw)
+      if (stop_ || (lane.role && !lane.role->current(generation))) return;
+      const bool work = queues_.has_work(lane.serves);
+      if (work && daemon::fault::at(daemon::fault::Point::ExecutorTurn) == daemon::fault::Action::Throw)
         throw std::runtime_error("injected fault: the executor threw");
       std::chrono::microseconds wait = std::chrono::seconds(1);  // wakes for eviction at least
-      if (!queues_.empty()) {
+      if (work) {
         const auto now = sched::Clock::now();
         const auto active = training_active(now);
         std::chrono::microseconds until{0};
         contended_ = active.size() > 1 || now - last_inference_ < kContendedWithin;
         const bool owed = busy_train_ < config_.min_training_share * (busy_train_ + busy_infer_);
-        turn = queues_.next(now, config_.batch, training, attached_.size(), active, share_, owed, until);
+        turn = queues_.next(now, config_.batch, training, attached_.size(), active, share_, owed, until, lane.serves);
         wait = std::min(wait, until);
       }
       if (!turn) cv_.wait_for(lk.native(), wait);
     }
-    if (turn) execute(*turn);
+    if (turn) execute(lane, *turn);
+    if (lane.index != 0) continue;  // the first lane keeps the registry's housekeeping
     if (const auto now = sched::Clock::now(); now >= next_evict) {
       registry_->evict_idle(now);
       next_evict = now + std::chrono::seconds(1);
     }
-    std::lock_guard lk(stats_mu_);  // the registry is the executor's: published here for stats()
-    stats_.slots_resident = registry_->resident();
-    stats_.slots_evicted = registry_->evicted();
+    const auto resident = registry_->resident(), evicted = registry_->evicted();
+    std::lock_guard lk(stats_mu_);  // published here for stats()
+    stats_.slots_resident = resident;
+    stats_.slots_evicted = evicted;
   }
 }
 
-void Replica::execute(WorkQueues::Turn& turn) {
-  registry_->apply_releases();  // a released name's old slot is gone before its new owner's turn
+void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
+  // The slots this turn touches are its own until it ends (the other lane's turns wait for them).
+  std::vector<std::string> tenants;
+  for (const auto& w : turn.works) tenants.push_back(tenant_of(w));
+  const auto lease = registry_->lease(tenants);
+  registry_->apply_releases(lease);  // a released name's old slot is gone before its new owner's turn
   const auto service = turn.inference ? Service::Inference : Service::Training;
   const auto& leader = tenant_of(turn.works.front());
   metrics::BusyScope busy(accounting_.get(), service, leader);
@@ -88,7 +96,7 @@ void Replica::execute(WorkQueues::Turn& turn) {
       contended = contended_;
       split = turn.inference ? 0 : split_above(turn.works);
     }
-    ran = executor_->run(turn.works, service, split);
+    ran = lane.executor->run(turn.works, service, split);
   } else {
     ran.charged = run_single(turn.works.front());
   }
@@ -98,11 +106,12 @@ void Replica::execute(WorkQueues::Turn& turn) {
   {
     std::lock_guard lk(stats_mu_);
     const double optimizer = optimizer_seconds_this_thread() - optimizer0;
-    stats_.profile.turns_s += took;
-    stats_.profile.optimizer_s += optimizer;
+    auto& profile = stats_.lanes[lane.index];
+    profile.turns_s += took;
+    profile.optimizer_s += optimizer;
     // A group's heads' time (group_executor) includes its optimizer steps; a single turn (an RL
     // update minibatch, a slot operation) is a head's work throughout.
-    stats_.profile.heads_s += (batchable ? 0.0 : took) - optimizer;
+    profile.heads_s += (batchable ? 0.0 : took) - optimizer;
   }
   {
     // Each queue's recent share of the executor: exponentially decaying busy seconds
@@ -116,7 +125,7 @@ void Replica::execute(WorkQueues::Turn& turn) {
     if (!turn.inference && batchable && ran.samples > 0) turn_sizer_.observe(ran.samples, took);
     for (auto& c : ran.continuations) queues_.push_continuation(std::move(c));
   }
-  if (!ran.continuations.empty()) cv_.notify_one();
+  if (!ran.continuations.empty()) cv_.notify_all();
   if (turn.inference) return;  // fair share is of training compute
   {
     std::lock_guard lk(stats_mu_);

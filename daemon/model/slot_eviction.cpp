@@ -1,6 +1,7 @@
 // The slot registry's evictions: an idle detached slot, or an owner's longest-detached one at its
 // bound, goes to its checkpoint file ("evicted") and leaves memory; at a stop every changed slot
-// is written. A slot whose file cannot be written stays resident.
+// is written. A slot whose file cannot be written stays resident. And releases: a released
+// name's slot and eviction file go.
 #include <malloc.h>
 
 #include "daemon/log/log_text.hpp"
@@ -26,11 +27,13 @@ bool SlotRegistry::write_eviction_file(const std::string& tenant, SlotEntry& e) 
 }
 
 void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
+  std::lock_guard map_lk(map_mu_);
   std::vector<std::string> due;
   {
     MutexLock lk(mu_);
     for (auto it = detached_.begin(); it != detached_.end();) {
-      if (now - it->second < config_.idle_evict || pins_.count(it->first)) {  // a running evaluation keeps it
+      // A running evaluation keeps it; so does a turn that still runs it (a lane's lease).
+      if (now - it->second < config_.idle_evict || pins_.count(it->first) || leases_.busy(it->first)) {
         ++it;
         continue;
       }
@@ -55,12 +58,13 @@ void SlotRegistry::evict_idle(std::chrono::steady_clock::time_point now) {
 }
 
 bool SlotRegistry::evict_longest_detached(std::uint32_t uid, const std::string& except) {
+  std::lock_guard map_lk(map_mu_);  // its caller (place) holds it already: recursive
   std::optional<std::pair<std::chrono::steady_clock::time_point, std::string>> oldest;
   {
     MutexLock lk(mu_);
     for (const auto& [t, since] : detached_) {
       auto s = slots_.find(t);
-      if (t == except || s == slots_.end() || s->second.uid != uid || pins_.count(t)) continue;
+      if (t == except || s == slots_.end() || s->second.uid != uid || pins_.count(t) || leases_.busy(t)) continue;
       if (!oldest || since < oldest->first) oldest = {since, t};
     }
   }
@@ -79,6 +83,7 @@ bool SlotRegistry::evict_longest_detached(std::uint32_t uid, const std::string& 
 }
 
 std::size_t SlotRegistry::checkpoint_all() {
+  std::lock_guard map_lk(map_mu_);
   std::size_t written = 0;
   for (auto& [tenant, e] : slots_) {
     if (!e.dirty()) continue;
@@ -88,6 +93,35 @@ std::size_t SlotRegistry::checkpoint_all() {
     }
   }
   return written;
+}
+
+void SlotRegistry::apply_releases(const SlotLease& own) {
+  std::lock_guard map_lk(map_mu_);
+  std::set<std::string> names;
+  {
+    MutexLock lk(mu_);
+    names.swap(released_);
+    for (auto it = names.begin(); it != names.end();)
+      if (!own.holds(*it) && leases_.busy(*it)) {  // another lane's turn runs it: later
+        released_.insert(*it);
+        it = names.erase(it);
+      } else {
+        ++it;
+      }
+  }
+  for (const auto& t : names) {
+    drop(t);
+    evicted_.erase(t);
+    // Its eviction file, under whichever uid held it (a restart forgets which): the name's next
+    // owner starts with no slot, and its last owner too if it claims the name again.
+    std::error_code ec;
+    for (const auto& owner : std::filesystem::directory_iterator(std::filesystem::path(config_.state_dir) / "tenants", ec)) {
+      const auto uid = owner.path().filename().string();
+      if (uid.empty() || uid.size() > 10 || uid.find_first_not_of("0123456789") != std::string::npos) continue;
+      remove_eviction_file(static_cast<std::uint32_t>(std::stoull(uid)), t);
+    }
+  }
+  if (!names.empty()) ::malloc_trim(0);  // as after eviction: give the freed heads back to the system
 }
 
 }  // namespace nexus::model::detail

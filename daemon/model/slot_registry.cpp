@@ -66,6 +66,7 @@ void SlotRegistry::drop(const std::string& tenant) {
 }
 
 SlotEntry* SlotRegistry::find(const std::string& tenant, std::string* refused) {
+  std::lock_guard map_lk(map_mu_);
   auto it = slots_.find(tenant);
   if (it != slots_.end()) return &it->second;
   std::optional<std::uint32_t> uid;
@@ -107,6 +108,7 @@ void SlotRegistry::remove_eviction_file(std::uint32_t uid, const std::string& te
 }
 
 Result SlotRegistry::register_tenant(const std::string& tenant, std::uint32_t uid, const op::Register& asked) {
+  std::lock_guard map_lk(map_mu_);
   if (auto f = check_registration(asked, backbone_)) return *f;
   op::Register r = asked;
   if (auto& a = r.head.adapter; a.rank > 0) {
@@ -149,11 +151,13 @@ void SlotRegistry::retain(const std::string& tenant, TenantSlot& slot) {
 }
 
 void SlotRegistry::retain_versions(const std::string& tenant) {
+  std::lock_guard map_lk(map_mu_);
   auto it = slots_.find(tenant);
   if (it != slots_.end()) retain(tenant, *it->second.trainer);
 }
 
 Result SlotRegistry::publish(const std::string& tenant) {
+  std::lock_guard map_lk(map_mu_);
   std::string refused;
   SlotEntry* e = find(tenant, &refused);
   if (!e) return missing(refused);
@@ -163,6 +167,7 @@ Result SlotRegistry::publish(const std::string& tenant) {
 }
 
 Result SlotRegistry::digest(const std::string& tenant) {
+  std::lock_guard map_lk(map_mu_);
   std::string refused;
   SlotEntry* e = find(tenant, &refused);
   if (!e) return missing(refused);
@@ -171,6 +176,7 @@ Result SlotRegistry::digest(const std::string& tenant) {
 }
 
 Result SlotRegistry::save(const std::string& tenant, std::uint32_t uid, const std::string& tag) {
+  std::lock_guard map_lk(map_mu_);
   if (!schema::valid_name(tag)) return Failure{Fault::BadRequest, std::string("checkpoint tags are ") + schema::kNameRule};
   std::string refused;
   SlotEntry* e = find(tenant, &refused);
@@ -191,6 +197,7 @@ Result SlotRegistry::save(const std::string& tenant, std::uint32_t uid, const st
 }
 
 Result SlotRegistry::load(const std::string& tenant, std::uint32_t uid, const std::string& tag) {
+  std::lock_guard map_lk(map_mu_);
   if (!schema::valid_name(tag)) return Failure{Fault::BadRequest, std::string("checkpoint tags are ") + schema::kNameRule};
   std::filesystem::path path;
   try {
@@ -250,27 +257,6 @@ void SlotRegistry::released(const std::string& tenant) {
   detached_.erase(tenant);
   kept_.erase(tenant);
   owners_.erase(tenant);
-}
-
-void SlotRegistry::apply_releases() {
-  std::set<std::string> names;
-  {
-    MutexLock lk(mu_);
-    names.swap(released_);
-  }
-  for (const auto& t : names) {
-    drop(t);
-    evicted_.erase(t);
-    // Its eviction file, under whichever uid held it (a restart forgets which): the name's next
-    // owner starts with no slot, and its last owner too if it claims the name again.
-    std::error_code ec;
-    for (const auto& owner : std::filesystem::directory_iterator(std::filesystem::path(config_.state_dir) / "tenants", ec)) {
-      const auto uid = owner.path().filename().string();
-      if (uid.empty() || uid.size() > 10 || uid.find_first_not_of("0123456789") != std::string::npos) continue;
-      remove_eviction_file(static_cast<std::uint32_t>(std::stoull(uid)), t);
-    }
-  }
-  if (!names.empty()) ::malloc_trim(0);  // as after eviction: give the freed heads back to the system
 }
 
 }  // namespace nexus::model::detail

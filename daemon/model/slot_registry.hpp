@@ -9,17 +9,23 @@
 // their bytes. QuotaExceeded (Fault::OverQuota) beyond; at the slot bound, the user's
 // longest-detached slot is evicted first, so only its attached tenants' slots hold the bound.
 //
-// Thread safety: slot operations on the executor thread only (checkpoint_all after it stopped);
-// pin/unpin and attached/detached from any thread (they take the registry's own lock).
+// Thread safety: every member may be called from any thread (checkpoint_all once the lanes have
+// stopped). The map of slots has its own lock (map_mu_), held by each member, never across a
+// pass. A slot itself is its lessee's: a lane leases the slots its turn touches (lease(); with
+// one lane this costs an uncontended lock), and a SlotEntry* from find() is used only under a
+// lease of its tenant. Eviction and release skip a leased slot (the lease's owner may drop its
+// own: apply_releases). pin/unpin and attached/detached take the registry's other lock (mu_).
 #pragma once
 #include <chrono>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 
 #include "daemon/model/model_service.hpp"
+#include "daemon/model/slot_leases.hpp"
 #include "daemon/model/tenant_slot.hpp"
 #include "daemon/model/user_quotas.hpp"
 #include "daemon/sync/mutex.hpp"
@@ -42,6 +48,9 @@ class SlotRegistry {
   // tenants' adapters (an AdaptableBackbone); registrations with one are refused if not.
   SlotRegistry(const ModelConfig& config, const BackboneConfig& backbone, torch::Device device, UserQuotas& quotas,
                bool adapters = true);
+
+  // The slots of `tenants`, for a turn (waits while another lane's turn holds one of them).
+  SlotLease lease(const std::vector<std::string>& tenants) { return leases_.lease(tenants); }
 
   // The tenant's slot, restored from its eviction file if it is not resident (evicted idle, or
   // checkpointed at a stop) and its owner's file exists; nullptr if it has none (never registered,
@@ -69,15 +78,24 @@ class SlotRegistry {
   // The tenant's name was released (it may go to another uid): its slot and eviction file are
   // forgotten before the executor's next turn (its owner's checkpoints stay where they are).
   void released(const std::string& tenant);
-  void apply_releases();  // executor thread
+  // Frees released names' slots: those leased by `own` (the turn about to run) or by nobody; a
+  // slot another lane's turn holds is freed at a later turn (before its name's next turn: that
+  // turn holds the lease).
+  void apply_releases(const SlotLease& own);
   // Checkpoints and frees the slots of tenants detached for longer than the idle time.
   void evict_idle(std::chrono::steady_clock::time_point now);
   // nexusd is stopping (the executor has stopped): writes every resident slot that changed since
   // its eviction file was written; returns how many it wrote.
   std::size_t checkpoint_all();
 
-  std::size_t resident() const { return slots_.size(); }
-  std::size_t evicted() const { return evicted_.size(); }
+  std::size_t resident() const {
+    std::lock_guard lk(map_mu_);
+    return slots_.size();
+  }
+  std::size_t evicted() const {
+    std::lock_guard lk(map_mu_);
+    return evicted_.size();
+  }
 
  private:
   // <state_dir>/tenants/<uid>/<tenant>: created private (ensure_private_dir) on first use.
@@ -98,8 +116,12 @@ class SlotRegistry {
   const torch::Device device_;
   UserQuotas& quotas_;
   const bool adapters_;
-  std::map<std::string, SlotEntry> slots_;        // executor thread only
-  std::map<std::string, std::uint32_t> evicted_;  // executor thread only: evicted idle (owner uid), not resident
+  SlotLeases leases_;
+  // Guards slots_ and evicted_. Recursive: a restore in find() places a slot, which may evict
+  // another. Taken after a lease, never waited on while a lease is being taken (no cycle).
+  mutable std::recursive_mutex map_mu_;
+  std::map<std::string, SlotEntry> slots_;        // GUARDED_BY(map_mu_)
+  std::map<std::string, std::uint32_t> evicted_;  // GUARDED_BY(map_mu_): evicted idle (owner uid), not resident
 
   Mutex mu_;
   std::map<std::string, std::map<std::uint64_t, int>> pins_ NEXUS_GUARDED_BY(mu_);

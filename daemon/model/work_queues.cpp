@@ -35,8 +35,10 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
                                                  const sched::TrainingPolicy& training, std::size_t active_inference,
                                                  const std::set<std::uint64_t>& active_training,
                                                  const sched::FairShare& share, bool training_owed,
-                                                 std::chrono::microseconds& wait) {
+                                                 std::chrono::microseconds& wait, Serves serves) {
   wait = std::chrono::microseconds::max();
+  if (serves != Serves::Both) training_owed = false;
+  const bool serves_inference = serves != Serves::Training, serves_training = serves != Serves::Inference;
   auto training_turn = [&]() -> std::optional<Turn> {
     // A tenant in the middle of a step split into micro-batches (a MicroWork queued) has only
     // that step's next micro-batch eligible: its other training work would touch the slot whose
@@ -67,7 +69,7 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
   };
   if (training_owed && !training_.empty())
     if (auto t = training_turn()) return t;
-  if (!inference_.empty()) {
+  if (serves_inference && !inference_.empty()) {
     std::vector<sched::PendingRequest> views;
     views.reserve(inference_.size());
     for (const auto& w : inference_)
@@ -76,7 +78,7 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
     if (!d.take.empty()) return Turn{take(inference_, d.take), true};
     wait = d.wait;
   }
-  if (!training_owed && !training_.empty()) return training_turn();
+  if (serves_training && !training_owed && !training_.empty()) return training_turn();
   return std::nullopt;
 }
 

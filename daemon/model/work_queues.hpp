@@ -8,6 +8,7 @@
 // a turn (so inference waits behind at most the turn in progress, never behind a queue). One
 // exception keeps saturated inference from starving training: while training's share of the
 // executor's recent time is below its floor (`training_owed`), a training turn goes first.
+// That is for a lane that serves both queues; a replica's other lanes serve one (`Serves`).
 //
 // Thread safety: none; the model service's queue lock guards every call.
 #pragma once
@@ -30,6 +31,8 @@ class WorkQueues {
     std::vector<Work> works;
     bool inference = false;
   };
+  // Which queues an executor lane serves: both (one lane), or one (two lanes).
+  enum class Serves { Both, Inference, Training };
 
   // Queues `w`. A tenant returning from idle (`returning`: no training work for a while) with
   // nothing queued is lifted in `share`: it banks no credit for the time away. (A closed-loop
@@ -40,9 +43,16 @@ class WorkQueues {
   // The next turn, or nullopt and how long until the decision may change by itself.
   // active_inference: tenants worth waiting for in an inference group (attached, registered);
   // active_training: those that trained lately.
+  // `serves`: the queues the asking lane serves (training_owed applies to Both only: a training
+  // lane of its own needs no floor).
   std::optional<Turn> next(Clock::time_point now, const sched::BatchPolicy& batch, const sched::TrainingPolicy& training,
                            std::size_t active_inference, const std::set<std::uint64_t>& active_training,
-                           const sched::FairShare& share, bool training_owed, std::chrono::microseconds& wait);
+                           const sched::FairShare& share, bool training_owed, std::chrono::microseconds& wait,
+                           Serves serves = Serves::Both);
+  // Work of the queue(s) `serves` names is waiting.
+  bool has_work(Serves serves) const {
+    return serves == Serves::Both ? !empty() : serves == Serves::Inference ? !inference_.empty() : !training_.empty();
+  }
   bool empty() const { return inference_.empty() && training_.empty(); }
   std::size_t inference_size() const { return inference_.size(); }
   std::size_t training_size() const { return training_.size(); }

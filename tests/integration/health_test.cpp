@@ -75,7 +75,8 @@ TEST_CASE("an RL job's rollout loop that throws, then hangs, and an executor tha
                  "--state-dir", dir.path + "/state", "--inject-fault", "rl-rollout-throw", "--inject-fault",
                  "rl-rollout-hang", "--inject-fault", "executor-throw"});
   auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "steady", .timeout = std::chrono::seconds(60)});
-  // The executor throws at its first turn with work: this registration waits for its successor.
+  // The executor lane that takes the first turn with work throws (the training lane: this
+  // registration, which waits for its successor; or an inference lane's).
   c->register_tenant({.head = {.kind = "gaussian", .state_dim = 4, .action_dim = 2, .chunk = 1}});
   c->rl_start({.sessions = 4, .horizon = 16, .iterations = 4, .minibatch = 32});
   nexus::RlStatus s;
@@ -86,7 +87,7 @@ TEST_CASE("an RL job's rollout loop that throws, then hangs, and an executor tha
   CHECK(s.version == s.first_version + 4);
   const auto health = health_lines(daemon.socket());
   INFO(health);
-  CHECK_THAT(health, Catch::Contains("executor: 1 restart(s), last: executor: injected fault"));
+  CHECK_THAT(health, Catch::Contains(": 1 restart(s), last: executor: injected fault"));
   // The first rollout loop threw; its successor hung past its 1 s heartbeat and was taken over
   // (on a loaded machine a slow step may add a restart of its own: at least 2).
   const auto rollout = health.find("-rollout: ");

@@ -34,6 +34,9 @@ TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[con
   CHECK(c.tenants.empty());
   CHECK(c.devices == defaults.devices);
   CHECK(c.allow_device_regions == defaults.allow_device_regions);
+  CHECK(c.inference_lanes == defaults.inference_lanes);
+  CHECK(c.training_lanes == defaults.training_lanes);
+  CHECK(c.torch_threads == defaults.torch_threads);
 }
 
 TEST_CASE("devices, replica pins and regions come from the config, bad ones named", "[config]") {
@@ -106,6 +109,18 @@ TEST_CASE("config values override defaults, bad ones are refused with the key na
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("env.external.mysim"));
   std::ofstream(path) << "[model]\ndeterministic = \"yes\"\n";
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.deterministic"));
+  std::ofstream(path) << "[model]\ninference_lanes = 3\ntraining_lanes = 0\ntorch_threads = 1\n";
+  CHECK(load_config_file(path).inference_lanes == 3);
+  CHECK(load_config_file(path).training_lanes == 0);
+  CHECK(load_config_file(path).torch_threads == 1);
+  for (const char* bad : {"0", "9", "-1", "\"two\""}) {
+    std::ofstream(path) << "[model]\ninference_lanes = " << bad << "\n";
+    CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.inference_lanes"));
+  }
+  for (const char* bad : {"2", "-1", "\"one\""}) {
+    std::ofstream(path) << "[model]\ntraining_lanes = " << bad << "\n";
+    CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.training_lanes"));
+  }
   std::ofstream(path) << "[daemon]\nmax_tenants = -1\n";
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("max_tenants"));
   std::ofstream(path) << "[daemon\n";

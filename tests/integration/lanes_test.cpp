@@ -1,0 +1,138 @@
+// Executor lanes ([model] inference_lanes, training_lanes; docs/design/service.md, "Executor
+// lanes"): a tenant's prediction is answered while another tenant's whole training step runs on
+// the training lane, and while another's long prediction runs on the other inference lane; a
+// tenant's own prediction waits for its own step (its slot is leased by the turn: it sees the
+// stepped head, never a half-written one); deterministic mode keeps one lane.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "nexus/client.hpp"
+#include "nexus/status.hpp"
+#include "processes.hpp"
+
+using namespace nexus::test;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Batch {
+  nexus::Tensor images, tokens, mask, actions;
+  nexus::Observation obs() const { return {&images, &tokens, &mask, nullptr}; }
+};
+
+// `n` rows of noise images; actions follow each image's brightness (something to learn).
+Batch make_batch(nexus::Client& c, const nexus::BackboneInfo& bb, std::int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  Batch b{c.alloc(nexus::DType::UInt8, {n, 1, bb.image_size, bb.image_size, 3}),
+          c.alloc(nexus::DType::Int32, {n, bb.max_tokens}), c.alloc(nexus::DType::UInt8, {n, bb.max_tokens}),
+          c.alloc(nexus::DType::Float32, {n, 1, 2})};
+  const std::size_t per = b.images.raw().size() / static_cast<std::size_t>(n);
+  auto* act = reinterpret_cast<float*>(b.actions.raw().data());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto level = static_cast<int>(rng() % 200);
+    for (std::size_t k = 0; k < per; ++k)
+      b.images.raw()[static_cast<std::size_t>(i) * per + k] = static_cast<std::uint8_t>(level + rng() % 56);
+    act[2 * i] = static_cast<float>(level) / 100.0f - 1.0f;
+    act[2 * i + 1] = 0.5f;
+  }
+  for (auto& v : b.tokens.raw()) v = 0;
+  for (auto& v : b.mask.raw()) v = 1;
+  return b;
+}
+
+std::uint64_t requests_of(const nexus::DaemonStatus& s, const std::string& tenant) {
+  for (const auto& t : s.tenants)
+    if (t.name == tenant) return t.requests;
+  return 0;
+}
+
+// Waits until `tenant`'s request sent after `sent` requests has reached the daemon and left its
+// queue (the inference one or the training one): its turn runs; then a little longer.
+void wait_until_running(const Daemon& d, const std::string& tenant, std::uint64_t sent, bool inference) {
+  for (;;) {
+    const auto s = nexus::query_status(d.socket());
+    if (requests_of(s, tenant) > sent && (inference ? s.inference_queued : s.training_queued) == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+std::vector<std::string> flags(const std::string& dir, const std::string& model_config) {
+  std::ofstream(dir + "/nexusd.toml") << "[model]\n" << model_config;
+  return {"--weights", tiny_weights_path(), "--log-level", "warn", "--state-dir", dir + "/state", "-c",
+          dir + "/nexusd.toml"};
+}
+
+}  // namespace
+
+TEST_CASE("with executor lanes a tenant's prediction comes back while another tenant's whole step trains or its long "
+          "prediction runs, and a tenant's own prediction waits for its step",
+          "[integration][model][lanes]") {
+  TempDir dir;
+  // Steps stay whole (no turn budget): the big step is one long training turn.
+  Daemon d(flags(dir.path, "inference_lanes = 2\ntraining_lanes = 1\nmax_training_turn_ms = 0\n"));
+  auto opts = [&](const std::string& t) {
+    return nexus::ClientOptions{.socket_path = d.socket(), .tenant = t, .timeout = std::chrono::seconds(300)};
+  };
+  nexus::TenantSpec spec{.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 64}, .seed = 5};
+  spec.optimizer.lr = 1e-2;  // one step moves the head's predictions clearly
+  auto big = nexus::Client::attach(opts("big"));
+  auto small = nexus::Client::attach(opts("small"));
+  const auto bb = big->register_tenant(spec);
+  small->register_tenant(spec);
+  const auto probe_big = make_batch(*big, bb, 4, 1), probe_small = make_batch(*small, bb, 4, 1);
+  small->predict(probe_small.obs());  // both slots resident, the first passes made
+  const auto before = big->predict(probe_big.obs()).actions;
+
+  // About a second of training on this machine in one turn (much more under a sanitizer).
+  const auto step = make_batch(*big, bb, 1024, 2);
+  const auto sent = requests_of(nexus::query_status(d.socket()), "big");
+  std::atomic<Clock::time_point> step_done{};
+  std::thread trainer([&] {
+    big->sft_step(step.obs(), step.actions);
+    step_done = Clock::now();
+  });
+  wait_until_running(d, "big", sent, /*inference=*/false);
+  small->predict(probe_small.obs());
+  const auto other_done = Clock::now();
+  const auto own = big->predict(probe_big.obs()).actions;  // waits for big's turn to end
+  trainer.join();
+  // The inference lane answered the other tenant while the training lane was inside the step.
+  CHECK(step_done.load() != Clock::time_point{});
+  CHECK(other_done < step_done.load());
+  // Big's own prediction saw the stepped head: the same as a prediction after everything settled,
+  // and not the one from before the step.
+  CHECK(own == big->predict(probe_big.obs()).actions);
+  CHECK(own != before);
+
+  // A long prediction of big's on one inference lane; small's comes back from the other meanwhile.
+  const auto wide = make_batch(*big, bb, 1024, 3);
+  const auto asked = requests_of(nexus::query_status(d.socket()), "big");
+  std::atomic<Clock::time_point> wide_done{};
+  std::thread predictor([&] {
+    big->predict(wide.obs());
+    wide_done = Clock::now();
+  });
+  wait_until_running(d, "big", asked, /*inference=*/true);
+  small->predict(probe_small.obs());
+  const auto small_done = Clock::now();
+  predictor.join();
+  CHECK(small_done < wide_done.load());
+
+  const auto metrics = nexus::query_metrics(d.socket());
+  CHECK_THAT(metrics, Catch::Contains("lane=\"1\",serves=\"inference\"") &&
+                          Catch::Contains("lane=\"2\",serves=\"training\""));
+}
+
+TEST_CASE("deterministic mode keeps one executor lane when two are configured", "[integration][model][lanes]") {
+  TempDir dir;
+  Daemon d(flags(dir.path, "inference_lanes = 2\ntraining_lanes = 1\ndeterministic = true\n"));
+  const auto metrics = nexus::query_metrics(d.socket());
+  CHECK_THAT(metrics, Catch::Contains("lane=\"0\",serves=\"both\""));
+  CHECK_THAT(metrics, !Catch::Contains("lane=\"1\""));
+}
