@@ -258,8 +258,8 @@ ServicePort::ScaleResult Master::scale(const std::string& what, int count) {
   using wire::ErrorCode;
   if (what == "infer" || what == "train")
     return {false, ErrorCode::BadMessage, 0, 0,
-            "one executor per backbone replica serves both; lanes to scale are not built yet ([model] devices "
-            "adds replicas at start)"};
+            "executor lanes are set at start ([model] inference_lanes, training_lanes; [model] devices adds "
+            "replicas); changing them while nexusd runs is not built"};
   if (what != "rollout") return {false, ErrorCode::BadMessage, 0, 0, "nexusctl scale knows: rollout"};
   if (!impl_->engines) return {false, ErrorCode::BadMessage, 0, 0, "rollout engines are off ([rollout] socket = \"none\")"};
   const int most = impl_->config.engines.max_engines;

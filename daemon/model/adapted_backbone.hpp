@@ -7,8 +7,8 @@
 // bitwise VLABackboneImpl::forward (tests/model/adapters_test.cpp holds it to that, so the two
 // cannot drift apart unnoticed).
 //
-// Thread safety: as Backbone (the executor thread runs passes; forward() of a frozen backbone
-// without grad may run on several threads).
+// Thread safety: as Backbone (executor lanes run passes, several at once: the backbone is frozen,
+// so a pass, with adapters' gradients recorded or not, changes nothing any other pass reads).
 #pragma once
 #include <memory>
 #include <string>

@@ -133,7 +133,7 @@ struct Request {
   std::shared_ptr<const void> keepalive;           // holds the memory the HostTensors point into
   std::shared_ptr<const std::atomic<bool>> alive;  // false: cancelled (its tenant left); no answer
   sched::Clock::time_point arrival = sched::Clock::now();
-  std::function<void(Result)> done;                 // called once on the executor thread; must only queue
+  std::function<void(Result)> done;                 // called once on an executor lane's thread; must only queue
 };
 
 struct TenantPolicy {
@@ -228,8 +228,8 @@ struct ModelStats {
 class ModelService {
  public:
   // Loads one backbone per device (throws std::runtime_error, also for a device that cannot run)
-  // and starts each replica's executor thread, a role of `health` (optional): "executor", or
-  // "executor.N" with several replicas.
+  // and starts each replica's executor lanes, each a role of `health` (optional): "executor", or
+  // "executor.N" with several replicas, and ".inferenceK" / ".training" after it for its other lanes.
   ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
                daemon::HealthManager* health = nullptr);
   // Stops the executors (the turn in progress finishes; queued work is answered "nexusd is

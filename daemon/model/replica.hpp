@@ -43,8 +43,8 @@ namespace nexus::model::detail {
 
 class Replica {
  public:
-  // Loads the backbone (throws std::runtime_error) and starts the executor thread, a role of
-  // `health` named `role_name` (optional). `quotas`: per-user bounds, shared with the other replicas;
+  // Loads the backbone (throws std::runtime_error) and starts the executor lanes, roles of
+  // `health` named after `role_name` (optional). `quotas`: per-user bounds, shared with the other replicas;
   // so is `cache`, the frozen-feature cache (null: off).
   Replica(const ModelConfig& config, torch::Device device, const std::string& role_name,
           std::shared_ptr<metrics::Accounting> accounting, daemon::HealthManager* health, UserQuotas& quotas,

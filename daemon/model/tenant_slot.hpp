@@ -38,7 +38,7 @@ struct StepResult {
 
 // Seconds this thread has spent in optimizer steps (clipping, the step's host read, AdamW), over
 // every slot: an executor reads it before and after a turn for its profile (ExecutorProfile).
-// Thread-local because a slot is only ever stepped on its replica's executor thread.
+// Thread-local because a slot is only ever stepped on the executor lane running its turn.
 double optimizer_seconds_this_thread();
 
 class TenantSlot {
