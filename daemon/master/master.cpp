@@ -211,8 +211,7 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   ServiceStatus s;
   s.backbone = impl_->model.backbone().name;
   for (const auto& r : m.replicas) {
-    s.replicas.push_back({r.device, r.tenants, r.groups, r.samples, r.profile.turns_s, r.profile.backbone_s,
-                          r.profile.copy_s, r.profile.heads_s, r.profile.optimizer_s, {}});
+    s.replicas.push_back({r.device, r.tenants, r.groups, r.samples, {}});
     for (const auto& l : r.lanes)
       s.replicas.back().lanes.push_back({l.serves, l.turns_s, l.backbone_s, l.copy_s, l.heads_s, l.optimizer_s});
   }

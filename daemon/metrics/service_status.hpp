@@ -58,11 +58,9 @@ struct JobInfo {
 struct ReplicaStatus {
   std::string device;
   std::uint64_t tenants = 0, groups = 0, samples = 0;
-  // Its executor's time (model::ExecutorProfile): turns, and within them backbone, copies, heads,
-  // optimizer steps.
-  double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0;
-  // The same per executor lane, in order; `serves`: "both" (one lane serves both queues),
-  // "inference" or "training".
+  // Each executor lane's time (model::ExecutorProfile), in order: turns, and within them backbone,
+  // copies, heads, optimizer steps; `serves`: "both" (one lane serves both queues), "inference"
+  // or "training".
   struct Lane {
     std::string serves;
     double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0;

@@ -110,7 +110,7 @@ ModelStats ModelService::stats() const {
     total.longest_training_turn_s = std::max(total.longest_training_turn_s, s.longest_training_turn_s);
     total.longest_shared_training_turn_s =
         std::max(total.longest_shared_training_turn_s, s.longest_shared_training_turn_s);
-    total.replicas.push_back({replicas_[i]->device(), placed[i], s.groups, s.samples, s.profile, s.lanes});
+    total.replicas.push_back({replicas_[i]->device(), placed[i], s.groups, s.samples, s.lanes});
   }
   if (feature_cache_) total.feature_cache = feature_cache_->stats();
   return total;

@@ -193,7 +193,7 @@ struct ModelConfig {
 // scheduling) is turns - the four; the executor waited for work the rest of the wall time.
 struct ExecutorProfile {
   double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0;
-  std::string serves;  // a lane's queues: "both", "inference", "training" (a replica's sum: "")
+  std::string serves;  // the lane's queues: "both", "inference", "training"
 };
 
 struct ReplicaStats {
@@ -201,8 +201,7 @@ struct ReplicaStats {
   std::size_t tenants = 0;   // placed on it
   std::uint64_t groups = 0;  // its backbone passes
   std::uint64_t samples = 0;
-  ExecutorProfile profile;   // its lanes' together
-  std::vector<ExecutorProfile> lanes;  // each lane's, in the replica's order
+  std::vector<ExecutorProfile> lanes;  // each executor lane's, in the replica's order
 };
 
 struct ModelStats {
@@ -212,8 +211,7 @@ struct ModelStats {
   double backbone_seconds = 0;
   double head_seconds = 0;
   std::uint64_t input_bytes_packed = 0;  // arena bytes copied into group batches
-  ExecutorProfile profile;               // a replica's lanes' together; ModelService::stats(): per replica in `replicas`
-  std::vector<ExecutorProfile> lanes;    // a replica's, per lane
+  std::vector<ExecutorProfile> lanes;    // a replica's, per lane; ModelService::stats(): per replica in `replicas`
   std::uint64_t rerun_groups = 0;        // group passes that failed and were re-run member by member
   std::uint64_t split_steps = 0;         // SFT steps run as micro-batches (bounded training turns)
   std::size_t slots_resident = 0, slots_evicted = 0;

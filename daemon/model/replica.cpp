@@ -202,11 +202,6 @@ ModelStats Replica::stats() const {
     std::lock_guard lk(stats_mu_);
     s = stats_;
   }
-  s.profile = {};
-  for (const auto& l : s.lanes) {
-    s.profile.turns_s += l.turns_s, s.profile.backbone_s += l.backbone_s, s.profile.copy_s += l.copy_s;
-    s.profile.heads_s += l.heads_s, s.profile.optimizer_s += l.optimizer_s;
-  }
   MutexLock lk(mu_);
   s.inference_queued = queues_.inference_size();
   s.training_queued = queues_.training_size();
