@@ -51,6 +51,10 @@ int main(int argc, char** argv) {
   app.add_option("--max-staleness", rl.max_staleness, "records older than this many versions are dropped");
   app.add_flag("--synchronous", rl.synchronous, "collect, update, collect with the new version: every record on-policy");
   app.add_option("--lr", lr, "the head's learning rate");
+  int adapter_rank = 0;
+  app.add_option("--adapter-rank", adapter_rank,
+                 "also train a low-rank adapter of this rank on every block of the backbone (0: the head alone)")
+      ->check(CLI::Range(0, 64));
   app.add_option("--seed", rl.seed, "head initialisation and episode seeds");
   app.add_option("--report-every", report_every, "a progress line every N seconds (0: none)");
   auto* demos_option =
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
     client->env_close(probe.ids);
     nexus::TenantSpec spec;
     spec.head = {.kind = "gaussian", .state_dim = probe.state_dim, .action_dim = probe.action_dim, .chunk = 1};
+    spec.head.adapter.rank = adapter_rank;
     spec.optimizer.lr = lr;
     spec.seed = rl.seed;
     client->register_tenant(spec);
@@ -121,13 +126,13 @@ int main(int argc, char** argv) {
                    rl.demo_weight > 0 ? ("  demos " + std::to_string(s.demo_loss).substr(0, 6)).c_str() : "");
       if (s.state != "running") break;
     }
-    std::printf("{\"tenant\":\"%s\",\"algorithm\":\"%s\",\"task\":\"%s\",\"state\":\"%s\",\"error\":\"%s\","
+    std::printf("{\"tenant\":\"%s\",\"adapter_rank\":%d,\"algorithm\":\"%s\",\"task\":\"%s\",\"state\":\"%s\",\"error\":\"%s\","
                 "\"iterations\":%d,\"first_version\":%llu,\"version\":%llu,\"env_steps\":%llu,\"episodes\":%llu,"
                 "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,"
                 "\"records_behind\":%llu,\"seconds\":%.1f,\"untrained_version\":%llu,\"untrained_success\":%s,"
                 "\"warm_start_steps\":%d,\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f,"
                 "\"interrupted_episodes\":%llu,\"engine_steps\":{%s}}\n",
-                opt.tenant.c_str(), rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
+                opt.tenant.c_str(), adapter_rank, rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
                 s.iterations, static_cast<unsigned long long>(first), static_cast<unsigned long long>(s.version),
                 static_cast<unsigned long long>(s.env_steps), static_cast<unsigned long long>(s.episodes),
                 s.recent_success, s.recent_return, static_cast<unsigned long long>(s.records_dropped),

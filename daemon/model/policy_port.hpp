@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 
 #include "daemon/model/tenant_slot.hpp"
 
@@ -28,6 +29,17 @@ class PolicyPort {
                     const torch::Tensor& state) = 0;
   // Runs fn on the tenant's slot where slots are touched (the model service's executor).
   virtual void with_slot(const std::function<void(TenantSlot&)>& fn) = 0;
+  // An adapter tenant's update (Rollout::images): with_slot, and fn may call `adapted` on
+  // observations in act()'s layouts (on the host) for their pooled features [n, D] through the
+  // backbone with the slot's live adapter, the adapter's part of the graph recorded, so the
+  // loss reaches the adapter. Throws std::runtime_error where the backbone takes no adapters
+  // (the default: a port without one).
+  using AdaptedPooled =
+      std::function<torch::Tensor(const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask)>;
+  virtual void with_adapted_slot(const std::function<void(TenantSlot&, const AdaptedPooled&)>& fn) {
+    (void)fn;
+    throw std::runtime_error("this policy port cannot re-run the backbone with an adapter");
+  }
   // Keeps `version` published for as long as the slot lives, whatever the retention of versions
   // (an RL job's starting policy: what the user compares the trained one against). Where there
   // is no retention (a slot held in-process), there is nothing to do.

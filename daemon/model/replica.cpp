@@ -33,6 +33,23 @@ class Replica::Policy final : public PolicyPort {
     replica_.submit(std::move(w));
     done.get();
   }
+  void with_adapted_slot(const std::function<void(TenantSlot&, const AdaptedPooled&)>& fn) override {
+    auto* adaptable = dynamic_cast<AdaptableBackbone*>(replica_.backbone_.get());
+    if (!adaptable) throw std::runtime_error("this backbone takes no adapters");
+    with_slot([&](TenantSlot& slot) {
+      const LoraAdapterImpl* adapter = slot.adapter(0);
+      if (!adapter) throw std::runtime_error("the tenant's head has no adapter");
+      // A pass of this tenant's rows alone, on the lane running its turn: the frozen backbone is
+      // read by every lane at once (adapted_backbone.hpp); only this slot's adapter records grads.
+      const AdaptedPooled pass = [&](const torch::Tensor& images, const torch::Tensor& tokens, const torch::Tensor& mask) {
+        AdapterBatch a;
+        a.segments.push_back({0, images.size(0), adapter});
+        const auto dev = slot.device();
+        return adaptable->forward_adapted(images.to(dev), tokens.to(dev), mask.to(dev, torch::kBool), a, /*grad=*/true).pooled;
+      };
+      fn(slot, pass);
+    });
+  }
   void keep_version(std::uint64_t version) override { replica_.registry_->keep(tenant_, version); }
   std::int64_t image_size() const override { return replica_.backbone().image_size; }
   std::int64_t max_tokens() const override { return replica_.backbone().max_tokens; }

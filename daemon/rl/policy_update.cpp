@@ -44,17 +44,30 @@ torch::Tensor clipped_surrogate(const torch::Tensor& log_prob, const torch::Tens
   return torch::min(ratio * advantage, torch::clamp(ratio, 1 - clip, 1 + clip) * advantage);
 }
 
-torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device, at::Generator& gen) {
-  const model::VLAFeature f{{}, demos.pooled.to(device), {}};
+torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device, at::Generator& gen,
+                        const AdaptedPooled& adapted) {
+  const bool rerun = demos.images.defined();
+  if (rerun && !adapted) throw std::runtime_error("an adapter tenant's demonstrations need the adapted pass");
+  const model::VLAFeature f{{}, rerun ? adapted(demos.images, demos.tokens, demos.mask) : demos.pooled.to(device), {}};
   return head.loss(f, demos.state.to(device), demos.actions.to(device), gen);  // the head's own SFT loss
 }
 
 namespace {
 
-// The clipped surrogate over flattened samples with per-sample advantages; shared by both.
-UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& pooled, const torch::Tensor& state,
-                           const torch::Tensor& actions, const torch::Tensor& old_log_prob, const torch::Tensor& adv,
-                           const UpdateConfig& c, double weight, at::Generator& gen,
+// An adapter tenant's observations, one row per flattened sample (Rollout::images).
+struct Observed {
+  torch::Tensor images, tokens, mask;
+  bool defined() const { return images.defined(); }
+  Observed rows(const torch::Tensor& idx) const {
+    return {images.index_select(0, idx), tokens.index_select(0, idx), mask.index_select(0, idx)};
+  }
+};
+
+// The clipped surrogate over flattened samples with per-sample advantages; shared by both. With
+// observations, each minibatch's features come from the adapted pass instead of `pooled`.
+UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& pooled, const Observed& seen,
+                           const torch::Tensor& state, const torch::Tensor& actions, const torch::Tensor& old_log_prob,
+                           const torch::Tensor& adv, const UpdateConfig& c, double weight, at::Generator& gen,
                            const std::function<double(const torch::Tensor&)>& value_step, const DemoTerm* demos) {
   UpdateStats s;
   const auto n = pooled.size(0);
@@ -78,15 +91,25 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
         const auto rows = demos->pooled.size(0), m = std::min(rows, idx.size(0));
         auto take = (torch::arange(m, torch::kLong) + demo_at) % rows;
         demo_at = (demo_at + m) % rows;
-        part = {demos->pooled.index_select(0, take), demos->state.index_select(0, take),
-                demos->actions.index_select(0, take), demos->weight};
+        part.pooled = demos->pooled.index_select(0, take);
+        part.state = demos->state.index_select(0, take);
+        part.actions = demos->actions.index_select(0, take);
+        part.weight = demos->weight;
+        if (demos->images.defined())
+          part.images = demos->images.index_select(0, take), part.tokens = demos->tokens.index_select(0, take),
+          part.mask = demos->mask.index_select(0, take);
       }
+      const Observed mine = seen.defined() ? seen.rows(idx) : Observed{};
       model::StepResult step;
-      on_slot([&](model::TenantSlot& slot) {
+      on_slot([&](model::TenantSlot& slot, const AdaptedPooled& adapted) {
         // The rollout is on the host; the minibatch goes where the slot's head is.
         auto pick = [&, device = slot.device()](const torch::Tensor& t) { return t.index_select(0, idx).to(device); };
+        if (seen.defined() && !adapted) throw std::runtime_error("an adapter tenant's update needs the adapted pass");
         step = slot.policy_step([&](model::ActionHead& head) {
-        model::VLAFeature f{none.tokens, pick(pooled), none.mask};
+        // An adapter tenant's features as its live adapter makes them now (the graph reaches the
+        // adapter); a head-only tenant's as they were when it acted (the same: a frozen backbone).
+        auto rows = mine.defined() ? adapted(mine.images, mine.tokens, mine.mask) : pick(pooled);
+        model::VLAFeature f{none.tokens, rows, none.mask};
         auto out = model::gaussian_outputs(head, f, pick(state));
         auto lp = model::gaussian_log_prob(out, pick(actions));
         auto old = pick(old_log_prob);
@@ -96,7 +119,7 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
         add(entropy_sum, ent);
         auto loss = weight * (-surrogate.mean() - c.entropy * ent);
         if (demos == nullptr) return loss;
-        auto bc = demo_term(head, part, slot.device(), gen);
+        auto bc = demo_term(head, part, slot.device(), gen, adapted);
         add(demo_sum, bc);
         return loss + part.weight * bc;
         });
@@ -119,6 +142,11 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
 }
 
 torch::Tensor flat(const torch::Tensor& t) { return t.flatten(0, 1); }  // [T, n, ...] -> [T*n, ...]
+
+Observed observed(const Rollout& r) {
+  if (!r.images.defined()) return {};
+  return {flat(r.images), flat(r.tokens), flat(r.mask)};
+}
 
 }  // namespace
 
@@ -151,8 +179,8 @@ UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim
     value_opt.step();
     return loss.item<double>();
   };
-  return clipped_epochs(on_slot, pooled, state, flat(r.actions), flat(r.log_prob), a, c, weight, gen, value_step,
-                        demos);
+  return clipped_epochs(on_slot, pooled, observed(r), state, flat(r.actions), flat(r.log_prob), a, c, weight, gen,
+                        value_step, demos);
 }
 
 UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const UpdateConfig& c, double weight,
@@ -162,8 +190,10 @@ UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const Updat
   auto adv = per_session.unsqueeze(0).expand_as(r.reward).contiguous();        // [T, n]
   auto live = flat(r.alive).nonzero().squeeze(1);
   auto pick = [&](const torch::Tensor& t) { return flat(t).index_select(0, live); };
-  return clipped_epochs(on_slot, pick(r.pooled), pick(r.state), pick(r.actions), pick(r.log_prob), pick(adv), c, weight,
-                        gen, {}, demos);
+  Observed seen;
+  if (r.images.defined()) seen = observed(r).rows(live);
+  return clipped_epochs(on_slot, pick(r.pooled), seen, pick(r.state), pick(r.actions), pick(r.log_prob), pick(adv), c,
+                        weight, gen, {}, demos);
 }
 
 }  // namespace nexus::rl

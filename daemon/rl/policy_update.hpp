@@ -3,13 +3,16 @@
 //         own, entropy bonus.
 //   GRPO  group-relative advantages: each episode's return against the others that started from
 //         the same state (same seed), no value head; the same clipped objective.
-// Both read the features stored in the record: no backbone pass.
+// Both read the features stored in the record: no backbone pass. An adapter tenant's record keeps
+// its observations too (Rollout::images), and each minibatch's policy loss re-runs the adapted
+// backbone on them, so the loss reaches the adapter; its critic reads the stored features.
 #pragma once
 #include <torch/torch.h>
 
 #include <functional>
 #include <string>
 
+#include "daemon/model/policy_port.hpp"
 #include "daemon/model/tenant_slot.hpp"
 #include "daemon/rl/rollout.hpp"
 
@@ -56,6 +59,9 @@ torch::Tensor clipped_surrogate(const torch::Tensor& log_prob, const torch::Tens
 // (a critic that starts untrained) would otherwise walk it away (docs/design/env-rl.md, push).
 struct DemoTerm {
   torch::Tensor pooled;   // [m, D] the backbone's features of the demonstration frames
+  // Adapter tenants: the frames themselves (PolicyPort::act's layouts), re-run with the live
+  // adapter in each minibatch as the rollout's are; undefined otherwise.
+  torch::Tensor images, tokens, mask;
   torch::Tensor state;    // [m, S]
   torch::Tensor actions;  // [m, 1, A] the demonstrator's
   double weight = 0;
@@ -64,7 +70,10 @@ struct DemoTerm {
 // per action dimension (the gaussian head's SFT loss). Each minibatch takes at most as many
 // demonstration rows as it has samples, rotating through the update's batch.
 // (gen: the head's loss takes one; a gaussian head's draws nothing from it.)
-torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device, at::Generator& gen);
+// `adapted` (adapter tenants): the pass that gives the frames' features (see SlotRunner).
+using AdaptedPooled = model::PolicyPort::AdaptedPooled;
+torch::Tensor demo_term(model::ActionHead& head, const DemoTerm& demos, torch::Device device, at::Generator& gen,
+                        const AdaptedPooled& adapted = {});
 
 struct UpdateStats {
   double policy_loss = 0, value_loss = 0, entropy = 0, clip_fraction = 0;
@@ -75,8 +84,10 @@ struct UpdateStats {
 // Runs a function on the tenant's slot where slots are touched (nexusd: its executor). Each
 // minibatch's optimizer step is one call, so other tenants' requests take turns with a long
 // update instead of waiting for all of it. Everything else (advantages, the value head) runs on
-// the caller's thread: the slot is all the executor owns.
-using SlotRunner = std::function<void(const std::function<void(model::TenantSlot&)>&)>;
+// the caller's thread: the slot is all the executor owns. The function gets the adapted pass
+// (PolicyPort::with_adapted_slot) for a record with observations, an empty one otherwise.
+using SlotFunction = std::function<void(model::TenantSlot&, const AdaptedPooled&)>;
+using SlotRunner = std::function<void(const SlotFunction&)>;
 
 // weight scales the policy loss (staleness downweighting); 1 for fresh records. demos: the
 // behaviour-cloning term, or null for none.

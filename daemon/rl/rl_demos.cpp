@@ -26,7 +26,11 @@ DemoTerm RlJob::draw_demos() {
   // Its draw from the slot's RNG is harmless: overlapped, the producer's acts race it anyway;
   // synchronous, the producer is waiting, so it comes at the same point of every run.
   auto acted = policy_.act(d.images, d.tokens, d.mask, d.state);
-  return {acted.pooled, d.state, d.actions, config_.demos.weight};
+  DemoTerm term;
+  term.pooled = acted.pooled, term.state = d.state, term.actions = d.actions, term.weight = config_.demos.weight;
+  // An adapter tenant's term re-runs the frames through its live adapter, as its rollouts do.
+  if (keeps_observations()) term.images = d.images, term.tokens = d.tokens, term.mask = d.mask;
+  return term;
 }
 
 }  // namespace nexus::rl

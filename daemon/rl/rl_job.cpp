@@ -49,11 +49,21 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
       // would need every step's tokens kept too.
       if (h.token_queries != 0)
         throw std::runtime_error("RL heads read the pooled feature only: register the gaussian head with token_queries 0");
-      // An adapter's PPO update would have to re-run the adapted backbone on every stored
-      // observation; the records keep features, so its adapter would never learn (adapters.md).
-      if (h.adapter.rank > 0)
-        throw std::runtime_error("RL jobs train the head alone for now: register the gaussian head without an adapter "
-                                 "(adapters train with SFT; docs/design/adapters.md)");
+      // An adapter tenant's updates re-run the adapted backbone on the records' observations
+      // (Rollout::images), which the job then holds in daemon memory: bounded here.
+      if (h.adapter.rank > 0) {
+        const long steps = static_cast<long>(c.sessions) * (c.algorithm == "ppo" ? c.horizon : spec_.max_steps);
+        const auto per_step = static_cast<std::uint64_t>(spec_.image_size) * spec_.image_size * 3 +
+                              static_cast<std::uint64_t>(policy_.max_tokens()) * 5;  // tokens int32, mask one byte
+        observation_bytes_ = static_cast<std::uint64_t>(steps) * per_step;
+        // Records held at once: the one being collected, those queued, the one being updated on.
+        const auto held = observation_bytes_ * static_cast<std::uint64_t>(std::max(1, c.queue_capacity) + 2);
+        if (held > kMaxHeldObservationBytes)
+          throw std::runtime_error("an adapter tenant's RL job keeps every step's observation: sessions x " +
+                                   std::string(c.algorithm == "ppo" ? "horizon" : "episode limit") + " x (queue_capacity + 2) = " +
+                                   std::to_string(held >> 20) + " MiB, more than the " +
+                                   std::to_string(kMaxHeldObservationBytes >> 20) + " MiB a job may hold: make them smaller");
+      }
       torch::manual_seed(c.seed);  // the value head's initialisation, under the executor's lock
       value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256);
       value_opt_ = std::make_unique<torch::optim::AdamW>(value_->parameters(), torch::optim::AdamWOptions(c.update.value_lr));

@@ -50,6 +50,9 @@ using PolicyPort = model::PolicyPort;
 inline constexpr long kMaxRecordSteps = 65536;
 // The most demonstration steps drawn per update (one act, like a step of 256 sessions).
 inline constexpr int kMaxDemoBatch = 256;
+// An adapter tenant's records keep their observations (Rollout::images): the most bytes of them
+// one job may hold at once (every record it can have in flight).
+inline constexpr std::uint64_t kMaxHeldObservationBytes = 512ull << 20;
 
 // Demonstrations for the behaviour-cloning term (policy_update.hpp, DemoTerm), n steps at a time
 // in the layouts of PolicyPort::act (images uint8 [n, 1, H, W, 3], tokens int32 and mask uint8
@@ -158,6 +161,10 @@ class RlJob {
   env::EnvService& envs_;
   std::vector<std::uint64_t> sessions_;
   env::SessionSpec spec_;
+  // An adapter tenant's job: the observation bytes each record keeps (0: a head-only tenant's,
+  // whose records keep features only). Set once at start.
+  std::uint64_t observation_bytes_ = 0;
+  bool keeps_observations() const { return observation_bytes_ > 0; }
   TrainingQueue<Rollout> queue_;
   ValueHead value_{nullptr};  // touched inside with_slot only
   std::unique_ptr<torch::optim::AdamW> value_opt_;

@@ -68,16 +68,24 @@ void RlJob::produce(std::uint64_t generation) {
 
 namespace {
 
-// One record's steps as they are taken, stacked into the Rollout at its end.
+// One record's steps as they are taken, stacked into the Rollout at its end. `observations`:
+// an adapter tenant's, which keep what each step acted on (the Observer's tensors change in place).
 struct StepLists {
-  std::vector<torch::Tensor> pooled, state, actions, log_prob, reward, alive;
-  void add(const PolicyPort::Acted& acted, const torch::Tensor& obs_state) {
+  bool observations = false;
+  std::vector<torch::Tensor> pooled, state, actions, log_prob, reward, alive, images, tokens, mask;
+  template <class Obs>
+  void add(const PolicyPort::Acted& acted, const Obs& obs) {
     pooled.push_back(acted.pooled);
-    state.push_back(obs_state.clone());
+    state.push_back(obs.state.clone());
     actions.push_back(acted.actions);
     log_prob.push_back(acted.log_prob);
+    if (!observations) return;
+    images.push_back(obs.images.clone());
+    tokens.push_back(obs.tokens.clone());
+    mask.push_back(obs.mask.to(torch::kUInt8, /*non_blocking=*/false, /*copy=*/true));
   }
   void stack_into(Rollout& r) const {
+    if (observations) r.images = torch::stack(images), r.tokens = torch::stack(tokens), r.mask = torch::stack(mask);
     r.pooled = torch::stack(pooled);
     r.state = torch::stack(state);
     r.actions = torch::stack(actions);
@@ -107,12 +115,13 @@ void RlJob::produce_ppo(std::uint64_t generation) {
   while (!stop_) {
     Rollout r;
     StepLists steps;
+    steps.observations = keeps_observations();
     std::vector<torch::Tensor> done;
     std::vector<std::int64_t> cut_index;  // truncated episodes: their true last observations
     std::vector<torch::Tensor> cut_pooled, cut_state;
     r.version = acted.version;
     for (int t = 0; t < T && !stop_; ++t) {
-      steps.add(acted, obs.state);
+      steps.add(acted, obs);
       auto step = obs.run(all_rows(n), {}, acted.actions.select(1, 0));
       auto rew = torch::empty({static_cast<std::int64_t>(n)}), dn = torch::zeros({static_cast<std::int64_t>(n)});
       std::vector<std::int64_t> finished, cut;
@@ -180,6 +189,7 @@ void RlJob::produce_grpo(std::uint64_t generation) {
     r.group_size = static_cast<std::int64_t>(G);
     r.version = UINT64_MAX;
     StepLists steps;
+    steps.observations = keeps_observations();
     std::vector<bool> live(n, true);
     auto ret = torch::zeros({static_cast<std::int64_t>(n)});
     for (int t = 0; t < spec_.max_steps && !stop_; ++t) {
@@ -189,7 +199,7 @@ void RlJob::produce_grpo(std::uint64_t generation) {
       if (rows.empty()) break;
       auto acted = obs.act();  // all rows: finished ones are masked out below
       r.version = std::min(r.version, acted.version);
-      steps.add(acted, obs.state);
+      steps.add(acted, obs);
       auto alive_t = torch::zeros({static_cast<std::int64_t>(n)}), rew = torch::zeros({static_cast<std::int64_t>(n)});
       auto step = obs.run(rows, {}, acted.actions.select(1, 0).index_select(0, torch::tensor(rows, torch::kLong)));
       for (std::size_t j = 0; j < rows.size(); ++j) {

@@ -46,9 +46,13 @@ void RlJob::consume(std::uint64_t generation) {
         ++progress_.records_behind;
       }
       // A stop (cancel, detach) is honoured between minibatches, not after the whole update.
-      const SlotRunner on_slot = [this](const std::function<void(model::TenantSlot&)>& fn) {
+      // An adapter tenant's record carries its observations: its minibatches re-run the adapted backbone.
+      const SlotRunner on_slot = [this, adapted = record->images.defined()](const SlotFunction& fn) {
         if (stop_) throw StopRequested{};
-        policy_.with_slot(fn);
+        if (adapted)
+          policy_.with_adapted_slot(fn);
+        else
+          policy_.with_slot([&](model::TenantSlot& slot) { fn(slot, {}); });
       };
       std::optional<DemoTerm> demos;
       if (uses_demos()) demos = draw_demos();

@@ -1,6 +1,8 @@
 // Rollout records: what the producer hands the actor through the Training Queue. A record holds
 // the backbone features computed when the step was taken (the backbone is frozen, so they are
-// still right), which is why updates never rerun the backbone.
+// still right), which is why a head-only tenant's updates never rerun the backbone. An adapter
+// tenant's features change as its adapter learns: its records keep the observations too, and its
+// updates re-run the adapted backbone on them (docs/design/adapters.md, RL).
 #pragma once
 #include <torch/torch.h>
 
@@ -23,6 +25,10 @@ struct Rollout {
   // their true last observation, seen before the reset replaced it: [k] flat step indices
   // (t * n + session), and that observation's pooled features [k, D] and state [k, S].
   torch::Tensor cut_index, cut_pooled, cut_state;
+  // Adapter tenants only (undefined otherwise): the observations each step acted on, in
+  // PolicyPort::act's layouts: images uint8 [T, n, 1, H, W, 3], tokens int32 and mask uint8
+  // [T, n, L]. Bounded per job (RlJob: kMaxHeldObservationBytes).
+  torch::Tensor images, tokens, mask;
   torch::Tensor episode_return;  // GRPO: [n] each session's episode return
   std::int64_t group_size = 0;   // GRPO: sessions [g*G, (g+1)*G) share a start state
   std::uint64_t version = 0;     // the oldest policy version that acted in the record

@@ -31,6 +31,8 @@ def main():
     p.add_argument("--synchronous", action="store_true",
                    help="collect, update, collect with the new version: every record on-policy")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--adapter-rank", type=int, default=0, choices=range(0, 65), metavar="0..64",
+                   help="also train a low-rank adapter of this rank on every block of the backbone (0: the head alone)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--report-every", type=float, default=2.0, help="seconds between progress lines (0: none)")
     p.add_argument("--demos", help="demonstrations of the task (.hdf5): warm start and behaviour-cloning term")
@@ -50,7 +52,8 @@ def main():
             c.env_close(probe.ids)
             c.register(nexus.TenantSpec(seed=a.seed, optimizer=nexus.OptimizerSpec(lr=a.lr),
                                         head=nexus.HeadSpec(kind="gaussian", state_dim=probe.state_dim,
-                                                            action_dim=probe.action_dim, chunk=1)))
+                                                            action_dim=probe.action_dim, chunk=1,
+                                                            adapter=nexus.AdapterSpec(rank=a.adapter_rank))))
             warm_loss, untrained, untrained_success = None, 0, None
             if a.demos:
                 if a.eval_untrained > 0:  # evaluated now: the tenant's later versions would evict it
@@ -81,7 +84,8 @@ def main():
                       f"return {s.recent_return:.2f}  loss {s.policy_loss:.4f}", file=sys.stderr)
                 if s.state != "running":
                     break
-            print(json.dumps({"tenant": a.tenant, "algorithm": a.algorithm, "task": a.task, "state": s.state,
+            print(json.dumps({"tenant": a.tenant, "adapter_rank": a.adapter_rank, "algorithm": a.algorithm,
+                              "task": a.task, "state": s.state,
                               "error": s.error, "iterations": s.iterations, "first_version": first,
                               "version": s.version, "env_steps": s.env_steps, "episodes": s.episodes,
                               "recent_success": s.recent_success, "recent_return": s.recent_return,

@@ -196,3 +196,61 @@ TEST_CASE("deterministic mode: an adapter tenant's losses are bitwise the same a
   CHECK(alone == beside);
   CHECK(alone.back() != alone.front());  // it trained
 }
+
+// RL with an adapter (adapters.md, RL): the job's records keep their observations and each
+// update re-runs the adapted backbone on them, so the adapter learns, which features mode shows;
+// the backbone itself does not move (a head-only tenant's features stay bitwise as they were).
+// A job whose observations would not fit the job's bound is refused before it starts.
+TEST_CASE("an RL job trains an adapter tenant's adapter through the backbone and leaves the backbone as it was",
+          "[integration][model][adapters][rl]") {
+  TempDir dir;
+  Daemon d(flags(dir.path + "/state"));
+  auto opts = [&](const std::string& t) {
+    return nexus::ClientOptions{.socket_path = d.socket(), .tenant = t, .timeout = std::chrono::seconds(120)};
+  };
+  auto rla = nexus::Client::attach(opts("rla"));
+  nexus::TenantSpec spec{.head = {.kind = "gaussian", .state_dim = 4, .action_dim = 2, .chunk = 1, .hidden = 64}, .seed = 3};
+  spec.head.adapter.rank = 4;
+  const auto bb = rla->register_tenant(spec);
+  auto plain = nexus::Client::attach(opts("plain"));
+  plain->register_tenant(adapted(0));
+
+  auto features_of = [&](nexus::Client& c) {
+    const auto probe = make_batch(c, bb, 7);
+    auto out = c.alloc(nexus::DType::Float32, {kBatch, bb.feature_dim});
+    c.features(probe.obs(), out);
+    return std::vector<std::uint8_t>(out.raw().begin(), out.raw().end());
+  };
+  const auto adapted_before = features_of(*rla), plain_before = features_of(*plain);
+  CHECK(adapted_before == plain_before);  // a new adapter (B = 0) changes nothing
+
+  // Over the bound: 16 x 4096 steps of 64 px frames, four records in flight, is about 3 GiB.
+  // (A head-only tenant keeps features alone and may run it.)
+  try {
+    rla->rl_start({.sessions = 16, .horizon = 4096, .iterations = 1});
+    FAIL("an RL job over the observation bound started");
+  } catch (const nexus::Error& e) {
+    CHECK(e.code() == nexus::ErrorCode::JobFailed);
+    CHECK(std::string(e.what()).find("MiB a job may hold") != std::string::npos);
+  }
+
+  auto run = [&](const nexus::RlOptions& o) {
+    rla->rl_start(o);
+    nexus::RlStatus st;
+    for (int i = 0; i < 1200; ++i) {  // at most 2 minutes
+      st = rla->rl_status();
+      if (st.state != "running") break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    INFO(o.algorithm << " " << st.state << ": " << st.error);
+    CHECK(st.state == "done");
+    CHECK(st.iterations == o.iterations);
+  };
+  run({.sessions = 4, .horizon = 8, .iterations = 3, .epochs = 2, .minibatch = 16, .synchronous = true});
+  const auto after_ppo = features_of(*rla);
+  CHECK(after_ppo != adapted_before);  // the adapter learned: the updates reached it
+  run({.algorithm = "grpo", .sessions = 4, .group_size = 2, .iterations = 2, .max_steps = 6, .epochs = 2,
+       .minibatch = 16, .synchronous = true});
+  CHECK(features_of(*rla) != after_ppo);
+  CHECK(features_of(*plain) == plain_before);  // the backbone did not move
+}
