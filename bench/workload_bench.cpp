@@ -56,15 +56,15 @@ std::vector<std::map<std::string, double>> executor_profile(const std::string& m
   return lanes;
 }
 
-// A lane's wall time split: backbone, copy, heads, optimizer, other (the rest of its turns),
-// wait (no turn), as shares of `wall_s`.
+// A lane's wall time split: backbone, copy, heads, optimizer, lease (a turn waiting for a slot
+// another lane's turn held), other (the rest of its turns), wait (no turn), as shares of `wall_s`.
 nlohmann::json lane_split(const std::map<std::string, double>& lane, double wall_s) {
   auto at = [&](const char* k) { return lane.count(k) ? lane.at(k) : 0.0; };
   const double turns = at("turns");
-  const double other = turns - at("backbone") - at("copy") - at("heads") - at("optimizer");
+  const double other = turns - at("backbone") - at("copy") - at("heads") - at("optimizer") - at("lease");
   return {{"backbone", at("backbone") / wall_s}, {"copy", at("copy") / wall_s},   {"heads", at("heads") / wall_s},
-          {"optimizer", at("optimizer") / wall_s}, {"other", other / wall_s}, {"wait", 1 - turns / wall_s},
-          {"busy", turns / wall_s}};
+          {"optimizer", at("optimizer") / wall_s}, {"lease", at("lease") / wall_s}, {"other", other / wall_s},
+          {"wait", 1 - turns / wall_s}, {"busy", turns / wall_s}};
 }
 
 // CPU seconds of every child this process has reaped (the tenants, once waited for).
@@ -250,14 +250,15 @@ int run_workload(const WorkloadOptions& o) {
               j["fairness_error"].get<double>());
   if (o.profile) {
     // Where each lane's time went: the next bottleneck, without a profiler.
-    std::printf("\nexecutor profile (share of the run's wall time)\n%-16s %5s %9s %7s %7s %10s %7s %7s\n", "run", "lane",
-                "backbone", "copy", "heads", "optimizer", "other", "wait");
+    std::printf("\nexecutor profile (share of the run's wall time)\n%-16s %5s %9s %7s %7s %10s %7s %7s %7s\n", "run",
+                "lane", "backbone", "copy", "heads", "optimizer", "lease", "other", "wait");
     auto row = [&](const std::string& name, const Run& r) {
       for (std::size_t i = 0; i < r.lanes.size(); ++i) {
         const auto s = lane_split(r.lanes[i], r.wall_s);
-        std::printf("%-16s %5zu %8.1f%% %6.1f%% %6.1f%% %9.1f%% %6.1f%% %6.1f%%\n", name.c_str(), i,
+        std::printf("%-16s %5zu %8.1f%% %6.1f%% %6.1f%% %9.1f%% %6.1f%% %6.1f%% %6.1f%%\n", name.c_str(), i,
                     100 * s["backbone"].get<double>(), 100 * s["copy"].get<double>(), 100 * s["heads"].get<double>(),
-                    100 * s["optimizer"].get<double>(), 100 * s["other"].get<double>(), 100 * s["wait"].get<double>());
+                    100 * s["optimizer"].get<double>(), 100 * s["lease"].get<double>(), 100 * s["other"].get<double>(),
+                    100 * s["wait"].get<double>());
         j["profile"][name].push_back(s);
       }
     };

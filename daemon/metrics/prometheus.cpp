@@ -76,7 +76,8 @@ std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus*
   // Where each executor lane's time goes: `nexus-bench workload --profile`.
   w.family("nexus_executor_seconds_total", "counter",
            "Executor time per replica and lane (serving both queues, inference or training): its turns, and within them backbone, copy "
-           "(packing inputs, results out), heads (forward, backward, RL updates, slot operations), optimizer steps.");
+           "(packing inputs, results out), heads (forward, backward, RL updates, slot operations), optimizer steps, lease (waiting for "
+           "a tenant's slot that another lane's turn held).");
   for (std::size_t i = 0; i < s->replicas.size(); ++i) {
     const auto& r = s->replicas[i];
     for (std::size_t k = 0; k < r.lanes.size(); ++k) {
@@ -85,7 +86,7 @@ std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus*
                                l.serves + "\",device=\"" + label(r.device) + "\",part=\"";
       const std::pair<const char*, double> parts[] = {{"turns", l.turns_s},     {"backbone", l.backbone_s},
                                                       {"copy", l.copy_s},       {"heads", l.heads_s},
-                                                      {"optimizer", l.optimizer_s}};
+                                                      {"optimizer", l.optimizer_s}, {"lease", l.lease_s}};
       for (const auto& [part, seconds] : parts) w.sample("nexus_executor_seconds_total", lane + part + "\"", seconds);
     }
   }

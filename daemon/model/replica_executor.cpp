@@ -76,7 +76,9 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
   // The slots this turn touches are its own until it ends (the other lane's turns wait for them).
   std::vector<std::string> tenants;
   for (const auto& w : turn.works) tenants.push_back(tenant_of(w));
+  const auto asked = sched::Clock::now();
   const auto lease = registry_->lease(tenants);
+  const double lease_s = std::chrono::duration<double>(sched::Clock::now() - asked).count();
   registry_->apply_releases(lease);  // a released name's old slot is gone before its new owner's turn
   const auto service = turn.inference ? Service::Inference : Service::Training;
   const auto& leader = tenant_of(turn.works.front());
@@ -109,9 +111,10 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
     auto& profile = stats_.lanes[lane.index];
     profile.turns_s += took;
     profile.optimizer_s += optimizer;
+    profile.lease_s += lease_s;
     // A group's heads' time (group_executor) includes its optimizer steps; a single turn (an RL
-    // update minibatch, a slot operation) is a head's work throughout.
-    profile.heads_s += (batchable ? 0.0 : took) - optimizer;
+    // update minibatch, a slot operation) is a head's work throughout, once it has its lease.
+    profile.heads_s += (batchable ? 0.0 : took - lease_s) - optimizer;
   }
   {
     // Each queue's recent share of the executor: exponentially decaying busy seconds
