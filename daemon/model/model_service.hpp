@@ -189,10 +189,10 @@ struct ModelConfig {
 // Where an executor's (a lane's) time went, in seconds since the start: its turns, and within
 // them the backbone's forward passes, packing the group's inputs and copying results out, the
 // tenants' heads (forward and backward, RL update minibatches, slot operations), and their
-// optimizer steps (clipping included), and the time its turns waited for their slots' lease
-// (another lane's turn held one of their tenants: lanes, service.md). The rest of a turn
-// (binding, the cache's lookups, scheduling) is turns - the five; the executor waited for work
-// the rest of the wall time.
+// optimizer steps (clipping included). The rest of a turn (binding, the cache's lookups,
+// scheduling) is turns - the four. Before a turn begins, it may wait for its slots' lease
+// (another lane's turn holds one of its tenants: lanes, service.md): lease_s, not in turns_s.
+// The executor waited for work the rest of the wall time.
 struct ExecutorProfile {
   double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0, lease_s = 0;
   std::string serves;  // the lane's queues: "both", "inference", "training"

@@ -111,10 +111,10 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
     auto& profile = stats_.lanes[lane.index];
     profile.turns_s += took;
     profile.optimizer_s += optimizer;
-    profile.lease_s += lease_s;
+    profile.lease_s += lease_s;  // before the turn began: not in `took`
     // A group's heads' time (group_executor) includes its optimizer steps; a single turn (an RL
-    // update minibatch, a slot operation) is a head's work throughout, once it has its lease.
-    profile.heads_s += (batchable ? 0.0 : took - lease_s) - optimizer;
+    // update minibatch, a slot operation) is a head's work throughout.
+    profile.heads_s += (batchable ? 0.0 : took) - optimizer;
   }
   {
     // Each queue's recent share of the executor: exponentially decaying busy seconds
