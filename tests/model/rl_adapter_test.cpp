@@ -151,7 +151,7 @@ TEST_CASE("an adapter tenant's behaviour-cloning term re-runs the demonstrations
     if (!frames) demos.images = demos.tokens = demos.mask = torch::Tensor();  // stored features alone
     const auto before = adapter_parameters(*fx.slot);
     const auto s = rl::grpo_update(fx.runner(), fx.record, c, /*weight=*/0.0, gen, &demos);
-    CHECK(s.demo_loss > 0);
+    CHECK(s.demo_loss != 0);  // the term was computed (a gaussian NLL may have either sign)
     return !same(before, adapter_parameters(*fx.slot));
   };
   CHECK(adapter_moved(true));
