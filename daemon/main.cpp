@@ -49,7 +49,7 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
                            c.feature_cache_shared};
   m.env.workers = static_cast<int>(c.env_workers);
   m.external_envs = c.external_envs;
-  m.external_timeouts = {c.external_open_timeout, c.external_step_timeout};
+  m.external_timeouts = {c.external_open_timeout, c.external_step_timeout, c.external_step_per_session};
   m.engines.max_engines = static_cast<int>(c.rollout_max_engines);
   m.engines.max_capacity = static_cast<int>(c.rollout_max_capacity);
   m.engines.max_private_per_uid = static_cast<int>(c.rollout_max_engines_per_uid);

@@ -43,18 +43,20 @@ void serve(int fd) {
 int main(int argc, char** argv) {
   CLI::App app{"external_env: built-in MuJoCo tasks served as an external environment"};
   std::string path;
-  long hang_after = -1, extra_after = -1, short_after = -1;
+  long hang_after = -1, extra_after = -1, short_after = -1, slow_ms = 0;
   std::uint32_t protocol = nexus::schema::kExtProtocol;
   app.add_option("-s,--socket", path, "Unix socket to listen on")->required();
   app.add_option("--hang-after", hang_after, "stop answering after this many steps in all (fault tests)");
   app.add_option("--extra-reply-after", extra_after, "send one reply twice after this many steps (fault tests)");
   app.add_option("--short-reply-after", short_after, "leave a session out of replies after this many steps (fault tests)");
   app.add_option("--protocol", protocol, "claim this protocol version (fault tests)");
+  app.add_option("--slow-ms-per-session", slow_ms, "take this long per session named to answer a step (timeout tests)");
   CLI11_PARSE(app, argc, argv);
   g_faults.hang_after = hang_after;
   g_faults.extra_after = extra_after;
   g_faults.short_after = short_after;
   g_faults.protocol = protocol;
+  g_faults.slow_ms_per_session = slow_ms;
   std::signal(SIGPIPE, SIG_IGN);
   // The socket file appears at bind(), but connects are refused until listen(). Bound under
   // this process's own name and renamed into place, `path` appears only once it accepts, so

@@ -87,6 +87,8 @@ bool SessionServer::answer(int fd, const wire::ExtMessage& m) {
     steps = faults_.steps.fetch_add(static_cast<long>(n)) + static_cast<long>(n);
     if (past(faults_.hang_after, steps))
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // hung: never answers again
+    if (faults_.slow_ms_per_session > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(faults_.slow_ms_per_session * static_cast<long>(n)));
     if (past(faults_.garbage_after, steps)) {
       const std::vector<std::uint8_t> garbage(64, 0xA5);  // a frame whose bytes are no ExtMessage
       return schema::send_frame(fd, garbage);

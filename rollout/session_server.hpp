@@ -17,6 +17,7 @@ namespace nexus::rollout {
 // or leave the last named session out of replies; and the protocol version to claim. -1: off.
 struct ServeFaults {
   std::atomic<long> hang_after{-1}, garbage_after{-1}, extra_after{-1}, short_after{-1};
+  std::atomic<long> slow_ms_per_session{0};  // a slow simulator: each step takes this long per session
   std::atomic<long> steps{0};  // steps served in all
   std::uint32_t protocol = schema::kExtProtocol;
 };

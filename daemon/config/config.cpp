@@ -193,6 +193,8 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.env_workers = static_cast<std::uint32_t>(r.non_negative("env", "workers", c.env_workers));
   c.external_open_timeout = milliseconds(r.positive("env", "external_open_timeout_ms", c.external_open_timeout.count()));
   c.external_step_timeout = milliseconds(r.positive("env", "external_step_timeout_ms", c.external_step_timeout.count()));
+  c.external_step_per_session =
+      milliseconds(r.non_negative("env", "external_step_per_session_ms", c.external_step_per_session.count()));
   c.datasets_per_tenant = static_cast<std::uint32_t>(r.positive("env", "datasets_per_tenant", c.datasets_per_tenant));
   c.dataset_bytes_per_tenant =
       static_cast<std::uint64_t>(r.positive("env", "dataset_mib_per_tenant", c.dataset_bytes_per_tenant >> 20)) << 20;

@@ -77,6 +77,7 @@ struct DaemonConfig {
   std::uint32_t env_workers = 1;
   std::chrono::milliseconds external_open_timeout{10000};
   std::chrono::milliseconds external_step_timeout{10000};
+  std::chrono::milliseconds external_step_per_session{1000};  // added to a step's deadline per session named
   std::uint32_t datasets_per_tenant = 8;
   std::uint64_t dataset_bytes_per_tenant = 2ull << 30;
   std::uint64_t dataset_bytes_total = 8ull << 30;

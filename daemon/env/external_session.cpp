@@ -40,7 +40,7 @@ class SimulatorConnection final : public SessionBatch {
   // Takes `fd` (a connected socket) only once constructed: if this throws, the caller closes it.
   SimulatorConnection(int fd, std::string label, const std::string& task, int image_size, int max_steps, int count,
                       const ExternalTimeouts& timeouts)
-      : path_(std::move(label)), timeout_(timeouts.step), fd_(fd) {
+      : path_(std::move(label)), timeouts_(timeouts), fd_(fd) {
     flatbuffers::FlatBufferBuilder fbb(128);
     const auto open =
         wire::CreateExtOpen(fbb, fbb.CreateString(task), image_size, max_steps, schema::kExtProtocol, count);
@@ -116,7 +116,7 @@ class SimulatorConnection final : public SessionBatch {
     pending_.clear();
     if (indices.empty()) throw std::logic_error("no exchange is in flight on this connection");
     try {
-      const auto* m = receive();
+      const auto* m = receive(timeouts_.exchange(indices.size()));
       if (m->body_type() != wire::ExtBody::ExtObservations) gone("expected ExtObservations");
       const auto* list = m->body_as_ExtObservations()->observations();
       if (!list || list->size() != indices.size())
@@ -152,9 +152,9 @@ class SimulatorConnection final : public SessionBatch {
   [[noreturn]] void gone(const std::string& why) const {
     throw std::runtime_error(path_ + ": " + why);
   }
-  const wire::ExtMessage* receive(std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  const wire::ExtMessage* receive(std::chrono::milliseconds timeout) {
     std::string why;
-    const auto* m = schema::recv_ext(fd_, timeout.value_or(timeout_), buffer_, why);
+    const auto* m = schema::recv_ext(fd_, timeout, buffer_, why);
     if (!m) gone(why);
     // A reply to an earlier request (one that timed out) or an extra frame: the connection is out
     // of step and stays broken, rather than every later reply answering the wrong request.
@@ -186,7 +186,7 @@ class SimulatorConnection final : public SessionBatch {
   }
 
   std::string path_;  // who it is, for errors: "external environment at PATH" or the engine
-  std::chrono::milliseconds timeout_;
+  ExternalTimeouts timeouts_;
   int fd_;
   std::mutex mu_;
   std::uint64_t sent_ = 0;  // GUARDED_BY(mu_): the id of the last request, which its reply carries

@@ -16,11 +16,18 @@ namespace nexus::env {
 // How long nexusd waits for a simulator process ([env] external_open_timeout_ms and
 // external_step_timeout_ms): to answer an open, and then each reset or step. A session whose
 // process misses the deadline fails, with the other sessions of its connection (its tenant's
-// other sessions and other tenants go on). The step deadline is per exchange (all of a call's
-// sessions on that connection).
+// other sessions and other tenants go on). A reset or step exchange names all of a call's
+// sessions on that connection, and the process answers them together, so its deadline is
+// `step` plus `per_session` for each session it names ([env] external_step_per_session_ms):
+// an evaluation of 50 Meta-World episodes is one 50-session exchange a step (0.3-0.5 s on an
+// idle core), which a fixed 10 s failed whole once the simulator was starved of CPU.
 struct ExternalTimeouts {
   std::chrono::milliseconds open{10000};
   std::chrono::milliseconds step{10000};
+  std::chrono::milliseconds per_session{1000};
+  std::chrono::milliseconds exchange(std::size_t sessions) const {
+    return step + per_session * static_cast<std::int64_t>(sessions);
+  }
 };
 
 // Connects and opens `count` sessions of `task` on the one connection; throws BadInput if the

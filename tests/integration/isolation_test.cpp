@@ -124,7 +124,8 @@ TEST_CASE("a hung external simulator fails its sessions after the timeout while 
   const pid_t sim = spawn({NEXUS_TEST_EXTERNAL_ENV, "--socket", sim_socket, "--hang-after", "2"},
                           {.stdout_path = dir.path + "/sim.out"});
   REQUIRE(eventually([&] { return ::access(sim_socket.c_str(), F_OK) == 0; }, std::chrono::seconds(10)));
-  std::ofstream(dir.path + "/nexusd.toml") << "[env]\nexternal_step_timeout_ms = 1500\n";
+  // The deadline of a 2-session exchange: 1.5 s + 2 x 0.25 s.
+  std::ofstream(dir.path + "/nexusd.toml") << "[env]\nexternal_step_timeout_ms = 1500\nexternal_step_per_session_ms = 250\n";
   Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn", "-c", dir.path + "/nexusd.toml",
                  "--external-env", "mysim=" + sim_socket});
   nexus::ClientOptions o{.socket_path = daemon.socket(), .tenant = "alice", .timeout = std::chrono::seconds(30)};
@@ -166,11 +167,46 @@ TEST_CASE("a hung external simulator fails its sessions after the timeout while 
                        << bob_worst_s << " s");
   CHECK(hung.failed == std::vector<bool>{true, true});
   CHECK(hung.errors[0].find("external environment") != std::string::npos);
-  CHECK(waited >= 1.4);
+  CHECK(waited >= 1.9);
   CHECK(waited < 10);
   CHECK(steps_meanwhile >= 10);
   CHECK(bob_worst_s < 1.0);  // never waited behind alice's hung call
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+}
+
+// A simulator answers an exchange's sessions together, so a slow one needs time per session: an
+// exchange's deadline is the step timeout plus a budget per session it names. Here a step of 4
+// sessions takes 2 s, twice the step timeout: with no budget per session it fails the sessions;
+// with 0.75 s a session (a 4 s deadline) they step on.
+TEST_CASE("a slow external simulator gets the step timeout plus a budget per session in the exchange",
+          "[integration][model][env][isolation]") {
+  TempDir dir;
+  const std::string sim_socket = dir.path + "/sim.sock";
+  const pid_t sim = spawn({NEXUS_TEST_EXTERNAL_ENV, "--socket", sim_socket, "--slow-ms-per-session", "500"},
+                          {.stdout_path = dir.path + "/sim.out"});
+  REQUIRE(eventually([&] { return ::access(sim_socket.c_str(), F_OK) == 0; }, std::chrono::seconds(10)));
+  auto steps_with = [&](int per_session_ms) {
+    const auto config = dir.path + "/nexusd-" + std::to_string(per_session_ms) + ".toml";
+    std::ofstream(config) << "[env]\nexternal_step_timeout_ms = 1000\nexternal_step_per_session_ms = " << per_session_ms
+                          << "\n";
+    Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn", "-c", config, "--external-env",
+                   "mysim=" + sim_socket});
+    auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "alice", .timeout = std::chrono::seconds(30)});
+    const auto ext = c->env_open("mysim:reach", 4);
+    const std::int64_t h = ext.image_size;
+    auto img = c->alloc(nexus::DType::UInt8, {4, 1, h, h, 3}), st = c->alloc(nexus::DType::Float32, {4, 4});
+    const std::vector<std::uint64_t> seeds{1, 2, 3, 4};
+    const std::vector<float> act(8, 0.1f);
+    REQUIRE(c->env_reset(ext.ids, seeds, img, st).errors == std::vector<std::string>(4, ""));
+    const auto stepped = c->env_step(ext.ids, act, img, st);
+    INFO("per session " << per_session_ms << " ms: " << stepped.errors[0]);
+    CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
+    return stepped.failed == std::vector<bool>(4, false);
+  };
+  CHECK_FALSE(steps_with(0));  // 2 s against a 1 s deadline: the sessions fail
+  CHECK(steps_with(750));      // a 4 s deadline
+  ::kill(sim, SIGKILL);
+  wait_exit(sim, std::chrono::seconds(5));
 }
 
 TEST_CASE("saturated inference does not starve training: a closed-loop SFT tenant keeps its floor",

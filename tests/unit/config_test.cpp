@@ -27,6 +27,7 @@ TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[con
   CHECK(c.versions_kept == defaults.versions_kept);
   CHECK(c.idle_evict == defaults.idle_evict);
   CHECK(c.external_step_timeout == defaults.external_step_timeout);
+  CHECK(c.external_step_per_session == defaults.external_step_per_session);
   CHECK(c.dataset_bytes_per_tenant == defaults.dataset_bytes_per_tenant);
   CHECK(c.dataset_bytes_total == defaults.dataset_bytes_total);
   CHECK(c.jobs_running == defaults.jobs_running);
@@ -68,7 +69,7 @@ TEST_CASE("tenant weights, priorities and bounds come from the config, bad ones 
   const std::string path = dir.path + "/c.toml";
   std::ofstream(path) << "[tenants.alice]\nweight = 2.5\npriority = 1\n[tenants.bob]\nweight = 1\n"
                          "[model]\nversions_kept = 3\nidle_evict_s = 30\nmax_request_gflop = 12.5\n"
-                         "[env]\nexternal_step_timeout_ms = 1500\ndataset_mib_total = 100\n"
+                         "[env]\nexternal_step_timeout_ms = 1500\nexternal_step_per_session_ms = 0\ndataset_mib_total = 100\n"
                          "[metrics]\ntextfile = \"/tmp/n.prom\"\ninterval_s = 5\n";
   const auto c = load_config_file(path);
   CHECK(c.tenants.at("alice").weight == 2.5);
@@ -78,6 +79,7 @@ TEST_CASE("tenant weights, priorities and bounds come from the config, bad ones 
   CHECK(c.idle_evict.count() == 30);
   CHECK(c.max_request_gflop == 12.5);
   CHECK(c.external_step_timeout.count() == 1500);
+  CHECK(c.external_step_per_session.count() == 0);  // 0: the exchange's deadline is the step timeout alone
   CHECK(c.dataset_bytes_total == 100ull << 20);
   CHECK(c.metrics_textfile == "/tmp/n.prom");
   CHECK(c.metrics_interval.count() == 5);
@@ -87,6 +89,8 @@ TEST_CASE("tenant weights, priorities and bounds come from the config, bad ones 
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.versions_kept"));
   std::ofstream(path) << "[env]\nexternal_step_timeout_ms = 0\n";
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("env.external_step_timeout_ms"));
+  std::ofstream(path) << "[env]\nexternal_step_per_session_ms = -5\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("env.external_step_per_session_ms"));
 }
 
 TEST_CASE("config values override defaults, bad ones are refused with the key named", "[config]") {
