@@ -131,7 +131,8 @@ int main(int argc, char** argv) {
                 "\"recent_success\":%.4f,\"recent_return\":%.4f,\"records_dropped\":%llu,"
                 "\"records_behind\":%llu,\"seconds\":%.1f,\"untrained_version\":%llu,\"untrained_success\":%s,"
                 "\"warm_start_steps\":%d,\"warm_start_loss\":%s,\"demo_weight\":%g,\"demo_loss\":%.4f,"
-                "\"interrupted_episodes\":%llu,\"engine_steps\":{%s}}\n",
+                "\"interrupted_episodes\":%llu,\"split_minibatches\":%llu,\"observation_bytes\":%llu,"
+                "\"engine_steps\":{%s}}\n",
                 opt.tenant.c_str(), adapter_rank, rl.algorithm.c_str(), rl.task.c_str(), s.state.c_str(), s.error.c_str(),
                 s.iterations, static_cast<unsigned long long>(first), static_cast<unsigned long long>(s.version),
                 static_cast<unsigned long long>(s.env_steps), static_cast<unsigned long long>(s.episodes),
@@ -141,7 +142,9 @@ int main(int argc, char** argv) {
                 std::isnan(untrained_success) ? "null" : std::to_string(untrained_success).c_str(),
                 demos.empty() ? 0 : warm_start_steps,
                 std::isnan(warm_loss) ? "null" : std::to_string(warm_loss).c_str(), rl.demo_weight, s.demo_loss,
-                static_cast<unsigned long long>(s.interrupted_episodes), engine_steps_json(s).c_str());
+                static_cast<unsigned long long>(s.interrupted_episodes),
+                static_cast<unsigned long long>(s.split_minibatches), static_cast<unsigned long long>(s.observation_bytes),
+                engine_steps_json(s).c_str());
     return s.state == "done" ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rl_tenant %s: %s\n", opt.tenant.c_str(), e.what());

@@ -204,6 +204,7 @@ RlStatus Client::rl_status(bool stop) {
     for (flatbuffers::uoffset_t i = 0; i < r->engines()->size(); ++i)
       s.engine_steps[r->engines()->Get(i)->str()] = r->engine_steps()->Get(i);
   s.interrupted_episodes = r->interrupted_episodes();
+  s.split_minibatches = r->split_minibatches(), s.observation_bytes = r->observation_bytes();
   return s;
 }
 

@@ -89,7 +89,8 @@ void rl_progress(const RlRun& run, JobInfo& info) {
   info.mean_return = p.recent_return;
   info.version = p.version;
   info.rl = {p.first_version, p.env_steps, p.episodes, p.records_dropped, p.records_downweighted, p.value_loss, p.entropy,
-             p.demo_loss, p.records_behind, p.engine_steps, p.interrupted_episodes};
+             p.demo_loss, p.records_behind, p.engine_steps, p.interrupted_episodes, p.split_minibatches,
+             p.observation_bytes};
 }
 
 void rl_stop(RlRun& run) { run.job().stop(); }

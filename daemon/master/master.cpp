@@ -160,7 +160,7 @@ std::vector<std::uint8_t> Master::Impl::rl_status(const ServiceRequest& r, bool 
                                         rl.env_steps, rl.episodes, job->success_rate, job->mean_return, job->loss,
                                         rl.value_loss, rl.entropy, rl.records_dropped, rl.records_downweighted,
                                         job->seconds, rl.demo_loss, rl.records_behind, engines_vector, steps_vector,
-                                        rl.interrupted_episodes);
+                                        rl.interrupted_episodes, rl.split_minibatches, rl.observation_bytes);
   return finish_reply(fbb, r.request_id, wire::Body::RlStatusReply, body.Union());
 }
 

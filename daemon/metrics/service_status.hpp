@@ -52,6 +52,7 @@ struct JobInfo {
     std::uint64_t records_behind = 0;
     std::map<std::string, std::uint64_t> engine_steps;  // per rollout engine ("": nexusd)
     std::uint64_t interrupted_episodes = 0;             // cut short by a lost engine
+    std::uint64_t split_minibatches = 0, observation_bytes = 0;  // adapter tenants (RlProgress)
   } rl;
 };
 

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "daemon/model/tenant_slot.hpp"
+#include "daemon/sched/turn_sizer.hpp"
 
 namespace nexus::model {
 
@@ -40,6 +41,10 @@ class PolicyPort {
     (void)fn;
     throw std::runtime_error("this policy port cannot re-run the backbone with an adapter");
   }
+  // The budget of one update turn of this tenant now, as bounded training turns size an SFT
+  // step's micro-batches (docs/design/service.md): seconds 0 keeps a minibatch whole (alone,
+  // deterministic mode, no budget: the default, a port without a Training Queue).
+  virtual sched::TurnBudget update_turn() const { return {}; }
   // Keeps `version` published for as long as the slot lives, whatever the retention of versions
   // (an RL job's starting policy: what the user compares the trained one against). Where there
   // is no retention (a slot held in-process), there is nothing to do.

@@ -50,6 +50,10 @@ class Replica::Policy final : public PolicyPort {
       fn(slot, pass);
     });
   }
+  sched::TurnBudget update_turn() const override {
+    MutexLock lk(replica_.mu_);
+    return replica_.turn_budget({tenant_id(tenant_)});
+  }
   void keep_version(std::uint64_t version) override { replica_.registry_->keep(tenant_, version); }
   std::int64_t image_size() const override { return replica_.backbone().image_size; }
   std::int64_t max_tokens() const override { return replica_.backbone().max_tokens; }

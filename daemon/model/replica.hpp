@@ -93,7 +93,10 @@ class Replica {
   // cut by their weight beside heavier active tenants (0: steps stay whole: no budget, or
   // deterministic mode, or nobody else active).
   std::int64_t split_above(const std::vector<Work>& turn) const NEXUS_REQUIRES(mu_);
-  // Tenants that trained within the last 2 s and are still attached.
+  // The budget behind split_above for a turn of these tenants (seconds 0: whole steps); an RL
+  // update sizes its adapted minibatch's parts from it (Policy::update_turn).
+  sched::TurnBudget turn_budget(const std::set<std::uint64_t>& in_turn) const NEXUS_REQUIRES(mu_);
+  // Tenants that trained within the last 2 s, or have training work waiting, and are still attached.
   std::set<std::uint64_t> training_active(sched::Clock::time_point now) const NEXUS_REQUIRES(mu_);
   void note_registered(const std::string& tenant);
 

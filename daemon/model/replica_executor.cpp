@@ -89,15 +89,16 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
                               std::chrono::duration<double, std::micro>(busy.started() - arrival_of(w)).count());
   GroupExecutor::Ran ran;
   const double optimizer0 = optimizer_seconds_this_thread();
-  bool contended = false;  // as the turn started: another tenant was active
+  bool contended = false;  // as the turn started: another tenant was active (any turn: an RL
+                           // update minibatch too, which longest_shared_training_turn_s missed)
   const bool batchable = is_batchable(turn.works.front());
+  std::int64_t split = 0;
+  {
+    MutexLock lk(mu_);
+    contended = contended_;
+    if (batchable && !turn.inference) split = split_above(turn.works);
+  }
   if (batchable) {
-    std::int64_t split = 0;
-    {
-      MutexLock lk(mu_);
-      contended = contended_;
-      split = turn.inference ? 0 : split_above(turn.works);
-    }
     ran = lane.executor->run(turn.works, service, split);
   } else {
     ran.charged = run_single(turn.works.front());
@@ -144,29 +145,39 @@ std::set<std::uint64_t> Replica::training_active(sched::Clock::time_point now) c
   std::set<std::uint64_t> active;
   for (const auto& [id, at] : last_training_)
     if (now - at < std::chrono::seconds(2) && attached_ids_.count(id)) active.insert(id);
+  // A tenant whose step has waited longer than that (behind a long turn) is active all the same:
+  // else the turn after a long one would run whole beside it as if it were alone.
+  std::set<std::uint64_t> waiting;
+  queues_.training_tenants(waiting);
+  for (auto id : waiting)
+    if (attached_ids_.count(id)) active.insert(id);
   return active;
 }
 
 std::int64_t Replica::split_above(const std::vector<Work>& turn) const {
+  std::set<std::uint64_t> in_turn;
+  for (const auto& w : turn) in_turn.insert(tenant_id(tenant_of(w)));
+  const auto budget = turn_budget(in_turn);
+  return budget.seconds > 0 ? turn_sizer_.samples_within(budget.seconds, budget.least) : 0;
+}
+
+sched::TurnBudget Replica::turn_budget(const std::set<std::uint64_t>& in_turn) const {
   // Alone, a tenant's step stays whole: splitting costs each extra micro-batch a pass's fixed
   // part (measured: about 15% of a batch-128 tenant's rate) and there is nobody to interleave.
-  if (config_.deterministic || config_.max_training_turn_s <= 0 || !contended_) return 0;
+  if (config_.deterministic || config_.max_training_turn_s <= 0 || !contended_) return {};
   // Before any pass is measured, micro-batches of kLeastMicroBatch measure one, rather than a
   // whole first step running unbounded; smaller ones would be mostly fixed cost.
   constexpr std::int64_t kLeastMicroBatch = 8;
   // The turn's tenants count among the active ones: a light tenant's step grouped with a heavy
   // one's is cut as it would be beside it.
-  std::set<std::uint64_t> in_turn, active = training_active(sched::Clock::now());
+  std::set<std::uint64_t> active = training_active(sched::Clock::now());
   std::vector<double> turn_weights, active_weights;
-  for (const auto& w : turn)
-    if (const auto id = tenant_id(tenant_of(w)); in_turn.insert(id).second) {
-      turn_weights.push_back(share_.weight(id));
-      active.insert(id);
-    }
+  for (auto id : in_turn) {
+    turn_weights.push_back(share_.weight(id));
+    active.insert(id);
+  }
   for (auto id : active) active_weights.push_back(share_.weight(id));
-  const auto budget =
-      sched::weighted_turn({config_.max_training_turn_s, kLeastMicroBatch}, turn_weights, active_weights);
-  return turn_sizer_.samples_within(budget.seconds, budget.least);
+  return sched::weighted_turn({config_.max_training_turn_s, kLeastMicroBatch}, turn_weights, active_weights);
 }
 
 // A turn of its own: a slot operation, or an RL update minibatch.

@@ -153,6 +153,27 @@ StepResult TenantSlot::policy_step(const std::function<torch::Tensor(ActionHead&
   return apply_gradients(loss);
 }
 
+TenantSlot::PolicyPart TenantSlot::policy_gradients(const std::function<torch::Tensor(ActionHead&)>& loss_of) {
+  head_->train();
+  const auto params = head_->parameters();
+  auto loss = loss_of(*head_);
+  auto grads = torch::autograd::grad({loss}, params, {}, /*retain_graph=*/false, /*create_graph=*/false,
+                                     /*allow_unused=*/true);
+  for (std::size_t i = 0; i < grads.size(); ++i)
+    if (!grads[i].defined()) grads[i] = torch::zeros_like(params[i]);
+  return {loss.detach(), std::move(grads)};
+}
+
+StepResult TenantSlot::apply_policy_gradients(const PolicyPart& sum) {
+  auto params = head_->parameters();
+  if (sum.grads.size() != params.size()) throw SlotError(false, "the update's gradients do not fit this head");
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (!sum.grads[i].sizes().equals(params[i].sizes())) throw SlotError(false, "the update's gradients do not fit this head");
+  optimizer_->zero_grad();
+  for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = sum.grads[i].to(params[i].device()).clone();
+  return apply_gradients(sum.loss);
+}
+
 static thread_local double optimizer_seconds = 0;
 double optimizer_seconds_this_thread() { return optimizer_seconds; }
 

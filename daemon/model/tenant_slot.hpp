@@ -101,6 +101,16 @@ class TenantSlot {
   // RL: one optimizer step on the loss that `loss_of` computes from the live head (clipping,
   // NaN checks and the step counter as in sft_step). Throws SlotError, slot untouched, on NaN.
   StepResult policy_step(const std::function<torch::Tensor(ActionHead&)>& loss_of);
+  // policy_step cut into turns (an adapter tenant's update minibatch: bounded training turns):
+  // policy_gradients returns one part's loss and gradients of the live head (adapter included),
+  // leaving the slot as it was; apply_policy_gradients steps once on the parts' summed gradients
+  // (a SlotError where they do not fit the head, or are NaN/Inf: no update made).
+  struct PolicyPart {
+    torch::Tensor loss;                 // detached
+    std::vector<torch::Tensor> grads;   // one per head_->parameters(), zeros where unused
+  };
+  PolicyPart policy_gradients(const std::function<torch::Tensor(ActionHead&)>& loss_of);
+  StepResult apply_policy_gradients(const PolicyPart& sum);
 
   // Publishes an immutable snapshot of the head's parameters; returns its version (1, 2, ...).
   std::uint64_t publish();

@@ -56,6 +56,10 @@ class WorkQueues {
   bool empty() const { return inference_.empty() && training_.empty(); }
   std::size_t inference_size() const { return inference_.size(); }
   std::size_t training_size() const { return training_.size(); }
+  // The tenants with training work waiting (tenant_id), added to `into`.
+  void training_tenants(std::set<std::uint64_t>& into) const {
+    for (const auto& w : training_) into.insert(tenant_id(tenant_of(w)));
+  }
   // Takes everything (the service is stopping: the caller fails it all).
   std::vector<Work> drain();
 

@@ -1,5 +1,8 @@
 #include "daemon/rl/policy_update.hpp"
 
+#include <chrono>
+#include <optional>
+
 namespace nexus::rl {
 
 ValueHeadImpl::ValueHeadImpl(std::int64_t feature_dim, std::int64_t state_dim, std::int64_t hidden) {
@@ -63,12 +66,45 @@ struct Observed {
   }
 };
 
+// A minibatch's demonstration rows (DemoTerm): at most as many as the minibatch has, rotating
+// through the update's batch, so the term never costs more than the minibatch itself.
+DemoTerm demo_rows(const DemoTerm& demos, std::int64_t wanted, std::int64_t& at) {
+  const auto rows = demos.pooled.size(0), m = std::min(rows, wanted);
+  auto take = (torch::arange(m, torch::kLong) + at) % rows;
+  at = (at + m) % rows;
+  DemoTerm part;
+  part.pooled = demos.pooled.index_select(0, take);
+  part.state = demos.state.index_select(0, take);
+  part.actions = demos.actions.index_select(0, take);
+  part.weight = demos.weight;
+  if (demos.images.defined())
+    part.images = demos.images.index_select(0, take), part.tokens = demos.tokens.index_select(0, take),
+    part.mask = demos.mask.index_select(0, take);
+  return part;
+}
+
+DemoTerm narrow(const DemoTerm& d, std::int64_t from, std::int64_t n) {
+  DemoTerm part = d;
+  for (auto* t : {&part.pooled, &part.state, &part.actions, &part.images, &part.tokens, &part.mask})
+    if (t->defined()) *t = t->narrow(0, from, n);
+  return part;
+}
+
+// Rows of a minibatch an update turn may hold (0: the whole minibatch in one turn).
+std::int64_t rows_per_turn(const UpdateTurns& turns, bool adapted) {
+  if (!adapted || !turns.budget || turns.sizer == nullptr) return 0;  // head-only: milliseconds
+  const auto budget = turns.budget();
+  return budget.seconds > 0 ? turns.sizer->samples_within(budget.seconds, budget.least) : 0;
+}
+
 // The clipped surrogate over flattened samples with per-sample advantages; shared by both. With
-// observations, each minibatch's features come from the adapted pass instead of `pooled`.
+// observations, each minibatch's features come from the adapted pass instead of `pooled`, and a
+// minibatch bigger than a turn holds runs as parts, one turn each, stepped once after the last.
 UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& pooled, const Observed& seen,
                            const torch::Tensor& state, const torch::Tensor& actions, const torch::Tensor& old_log_prob,
                            const torch::Tensor& adv, const UpdateConfig& c, double weight, at::Generator& gen,
-                           const std::function<double(const torch::Tensor&)>& value_step, const DemoTerm* demos) {
+                           const std::function<double(const torch::Tensor&)>& value_step, const DemoTerm* demos,
+                           const UpdateTurns& turns) {
   UpdateStats s;
   const auto n = pooled.size(0);
   const model::VLAFeature none{};  // gaussian heads read only pooled: see Rollout
@@ -80,50 +116,80 @@ UpdateStats clipped_epochs(const SlotRunner& on_slot, const torch::Tensor& poole
     auto d = x.detach().to(torch::kDouble);
     sum = sum.defined() ? sum + d : d;
   };
+  // The loss of `rows` of a minibatch: `share` of the minibatch's mean (1 when whole), and of its
+  // demonstrations' term `demo` (`demo_share` of it). Parts' losses and gradients add up to the
+  // whole minibatch's.
+  auto loss_of = [&](model::ActionHead& head, torch::Device device, const AdaptedPooled& adapted,
+                     const torch::Tensor& rows, double share, const DemoTerm* demo, double demo_share) {
+    if (seen.defined() && !adapted) throw std::runtime_error("an adapter tenant's update needs the adapted pass");
+    // The rollout is on the host; the rows go where the slot's head is.
+    auto pick = [&](const torch::Tensor& t) { return t.index_select(0, rows).to(device); };
+    // An adapter tenant's features as its live adapter makes them now (the graph reaches the
+    // adapter); a head-only tenant's as they were when it acted (the same: a frozen backbone).
+    torch::Tensor features;
+    if (seen.defined()) {
+      const auto mine = seen.rows(rows);
+      features = adapted(mine.images, mine.tokens, mine.mask);
+    } else {
+      features = pick(pooled);
+    }
+    model::VLAFeature f{none.tokens, features, none.mask};
+    auto out = model::gaussian_outputs(head, f, pick(state));
+    auto lp = model::gaussian_log_prob(out, pick(actions));
+    auto old = pick(old_log_prob);
+    auto surrogate = clipped_surrogate(lp, old, pick(adv), c.clip);
+    auto ent = model::gaussian_entropy(out);
+    add(clipped_sum, ((torch::exp(lp - old) - 1).abs() > c.clip).to(torch::kFloat32).mean() * share);
+    add(entropy_sum, ent * share);
+    auto loss = weight * (-surrogate.mean() - c.entropy * ent) * share;
+    if (demo == nullptr || demo->state.size(0) == 0) return loss;
+    auto bc = demo_term(head, *demo, device, gen, adapted) * demo_share;
+    add(demo_sum, bc);
+    return loss + demo->weight * bc;
+  };
   for (int e = 0; e < c.epochs; ++e) {
     auto order = torch::randperm(n, gen, torch::kLong);
     for (std::int64_t at = 0; at < n; at += c.minibatch) {
-      auto idx = order.narrow(0, at, std::min<std::int64_t>(c.minibatch, n - at));
-      // The demonstrations join with at most as many rows as the minibatch has, rotating through
-      // the update's batch: the term never costs more than the minibatch itself.
-      DemoTerm part;
-      if (demos) {
-        const auto rows = demos->pooled.size(0), m = std::min(rows, idx.size(0));
-        auto take = (torch::arange(m, torch::kLong) + demo_at) % rows;
-        demo_at = (demo_at + m) % rows;
-        part.pooled = demos->pooled.index_select(0, take);
-        part.state = demos->state.index_select(0, take);
-        part.actions = demos->actions.index_select(0, take);
-        part.weight = demos->weight;
-        if (demos->images.defined())
-          part.images = demos->images.index_select(0, take), part.tokens = demos->tokens.index_select(0, take),
-          part.mask = demos->mask.index_select(0, take);
-      }
-      const Observed mine = seen.defined() ? seen.rows(idx) : Observed{};
+      const auto k = std::min<std::int64_t>(c.minibatch, n - at);
+      auto idx = order.narrow(0, at, k);
+      std::optional<DemoTerm> part;
+      if (demos) part = demo_rows(*demos, k, demo_at);
+      const DemoTerm* demo = part ? &*part : nullptr;
       model::StepResult step;
-      on_slot([&](model::TenantSlot& slot, const AdaptedPooled& adapted) {
-        // The rollout is on the host; the minibatch goes where the slot's head is.
-        auto pick = [&, device = slot.device()](const torch::Tensor& t) { return t.index_select(0, idx).to(device); };
-        if (seen.defined() && !adapted) throw std::runtime_error("an adapter tenant's update needs the adapted pass");
-        step = slot.policy_step([&](model::ActionHead& head) {
-        // An adapter tenant's features as its live adapter makes them now (the graph reaches the
-        // adapter); a head-only tenant's as they were when it acted (the same: a frozen backbone).
-        auto rows = mine.defined() ? adapted(mine.images, mine.tokens, mine.mask) : pick(pooled);
-        model::VLAFeature f{none.tokens, rows, none.mask};
-        auto out = model::gaussian_outputs(head, f, pick(state));
-        auto lp = model::gaussian_log_prob(out, pick(actions));
-        auto old = pick(old_log_prob);
-        auto surrogate = clipped_surrogate(lp, old, pick(adv), c.clip);
-        auto ent = model::gaussian_entropy(out);
-        add(clipped_sum, ((torch::exp(lp - old) - 1).abs() > c.clip).to(torch::kFloat32).mean());
-        add(entropy_sum, ent);
-        auto loss = weight * (-surrogate.mean() - c.entropy * ent);
-        if (demos == nullptr) return loss;
-        auto bc = demo_term(head, part, slot.device(), gen, adapted);
-        add(demo_sum, bc);
-        return loss + part.weight * bc;
+      const auto cut = rows_per_turn(turns, seen.defined());
+      if (cut <= 0 || cut >= k) {
+        on_slot([&](model::TenantSlot& slot, const AdaptedPooled& adapted) {
+          step = slot.policy_step(
+              [&](model::ActionHead& head) { return loss_of(head, slot.device(), adapted, idx, 1.0, demo, 1.0); });
         });
-      });
+      } else {
+        const auto parts = (k + cut - 1) / cut, m = demo ? demo->state.size(0) : 0;
+        model::TenantSlot::PolicyPart sum;
+        for (std::int64_t p = 0; p < parts; ++p) {
+          const auto from = p * cut, rows = std::min(cut, k - from);
+          const auto demo_from = m * p / parts, demo_n = m * (p + 1) / parts - demo_from;  // demos spread evenly
+          std::optional<DemoTerm> demo_part;
+          if (demo) demo_part = narrow(*demo, demo_from, demo_n);
+          double seconds = 0;
+          on_slot([&](model::TenantSlot& slot, const AdaptedPooled& adapted) {
+            const auto started = std::chrono::steady_clock::now();
+            auto got = slot.policy_gradients([&](model::ActionHead& head) {
+              return loss_of(head, slot.device(), adapted, idx.narrow(0, from, rows), double(rows) / double(k),
+                             demo ? &*demo_part : nullptr, m > 0 ? double(demo_n) / double(m) : 0.0);
+            });
+            seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+            if (p == 0) {
+              sum = std::move(got);
+            } else {
+              sum.loss = sum.loss + got.loss;
+              for (std::size_t i = 0; i < sum.grads.size() && i < got.grads.size(); ++i) sum.grads[i] += got.grads[i];
+            }
+            if (p == parts - 1) step = slot.apply_policy_gradients(sum);  // the minibatch's one step
+          });
+          turns.sizer->observe(rows, seconds);
+        }
+        ++s.split_minibatches;
+      }
       s.policy_loss += step.loss;
       if (value_step) s.value_loss += value_step(idx);
       ++s.minibatches;
@@ -152,7 +218,7 @@ Observed observed(const Rollout& r) {
 
 UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim::Optimizer& value_opt,
                        const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen,
-                       const DemoTerm* demos) {
+                       const DemoTerm* demos, const UpdateTurns& turns) {
   torch::Tensor adv, ret;
   {
     torch::NoGradGuard ng;
@@ -180,11 +246,11 @@ UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim
     return loss.item<double>();
   };
   return clipped_epochs(on_slot, pooled, observed(r), state, flat(r.actions), flat(r.log_prob), a, c, weight, gen,
-                        value_step, demos);
+                        value_step, demos, turns);
 }
 
 UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const UpdateConfig& c, double weight,
-                        at::Generator& gen, const DemoTerm* demos) {
+                        at::Generator& gen, const DemoTerm* demos, const UpdateTurns& turns) {
   // Every live step of an episode carries its episode's group-relative advantage.
   auto per_session = group_relative(r.episode_return, r.group_size);          // [n]
   auto adv = per_session.unsqueeze(0).expand_as(r.reward).contiguous();        // [T, n]
@@ -193,7 +259,7 @@ UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const Updat
   Observed seen;
   if (r.images.defined()) seen = observed(r).rows(live);
   return clipped_epochs(on_slot, pick(r.pooled), seen, pick(r.state), pick(r.actions), pick(r.log_prob), pick(adv), c,
-                        weight, gen, {}, demos);
+                        weight, gen, {}, demos, turns);
 }
 
 }  // namespace nexus::rl

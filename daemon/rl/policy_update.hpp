@@ -79,6 +79,19 @@ struct UpdateStats {
   double policy_loss = 0, value_loss = 0, entropy = 0, clip_fraction = 0;
   double demo_loss = 0;  // the behaviour-cloning term's mean (before its weight); 0 without one
   int minibatches = 0;
+  int split_minibatches = 0;  // of them, run as parts in several turns (UpdateTurns)
+};
+
+// An adapter tenant's update minibatch cut into turns, as bounded training turns cut an SFT step
+// (docs/design/service.md): each part re-runs the adapted backbone on some of the minibatch's
+// rows in a turn of its own and keeps its gradients outside the slot; the last part's turn steps
+// once on their sum, which equals the whole minibatch's gradient (fp32 rounding aside). A stop
+// between parts applies nothing. `budget`: a turn's budget now (seconds 0: minibatches stay
+// whole); `sizer`: what this job's adapted passes cost, learnt from its own parts and kept
+// across updates. Head-only minibatches read stored features (milliseconds) and stay whole.
+struct UpdateTurns {
+  std::function<sched::TurnBudget()> budget;
+  sched::TurnSizer* sizer = nullptr;
 };
 
 // Runs a function on the tenant's slot where slots are touched (nexusd: its executor). Each
@@ -93,8 +106,8 @@ using SlotRunner = std::function<void(const SlotFunction&)>;
 // behaviour-cloning term, or null for none.
 UpdateStats ppo_update(const SlotRunner& on_slot, ValueHead& value, torch::optim::Optimizer& value_opt,
                        const Rollout& r, const UpdateConfig& c, double weight, at::Generator& gen,
-                       const DemoTerm* demos = nullptr);
+                       const DemoTerm* demos = nullptr, const UpdateTurns& turns = {});
 UpdateStats grpo_update(const SlotRunner& on_slot, const Rollout& r, const UpdateConfig& c, double weight,
-                        at::Generator& gen, const DemoTerm* demos = nullptr);
+                        at::Generator& gen, const DemoTerm* demos = nullptr, const UpdateTurns& turns = {});
 
 }  // namespace nexus::rl

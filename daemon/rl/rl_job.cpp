@@ -63,6 +63,7 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
                                    std::string(c.algorithm == "ppo" ? "horizon" : "episode limit") + " x (queue_capacity + 2) = " +
                                    std::to_string(held >> 20) + " MiB, more than the " +
                                    std::to_string(kMaxHeldObservationBytes >> 20) + " MiB a job may hold: make them smaller");
+        progress_.observation_bytes = held;  // before the job's threads start, as first_version below
       }
       torch::manual_seed(c.seed);  // the value head's initialisation, under the executor's lock
       value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256);

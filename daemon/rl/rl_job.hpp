@@ -110,6 +110,9 @@ struct RlProgress {
   // because their engine was lost (counted among the truncated).
   std::map<std::string, std::uint64_t> engine_steps;
   std::uint64_t interrupted_episodes = 0;
+  // Adapter tenants: update minibatches run as parts in several training turns (UpdateTurns),
+  // and the bytes of observations its records may hold at once (the bound checked at start).
+  std::uint64_t split_minibatches = 0, observation_bytes = 0;
   double seconds = 0;
 };
 
@@ -169,6 +172,7 @@ class RlJob {
   ValueHead value_{nullptr};  // touched inside with_slot only
   std::unique_ptr<torch::optim::AdamW> value_opt_;
   at::Generator shuffle_;     // minibatch order; actor thread only
+  sched::TurnSizer update_sizer_;  // what an adapted update part costs (UpdateTurns); actor thread only
 
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> next_seed_;  // episode seeds; a restarted rollout loop goes on from here

@@ -57,10 +57,12 @@ void RlJob::consume(std::uint64_t generation) {
       std::optional<DemoTerm> demos;
       if (uses_demos()) demos = draw_demos();
       const DemoTerm* term = demos ? &*demos : nullptr;
+      // An adapter tenant's minibatches run the backbone: cut into turns as SFT steps are.
+      const UpdateTurns turns{[this] { return policy_.update_turn(); }, &update_sizer_};
       const UpdateStats stats =
           config_.algorithm == "ppo"
-              ? ppo_update(on_slot, value_, *value_opt_, *record, config_.update, weight, shuffle_, term)
-              : grpo_update(on_slot, *record, config_.update, weight, shuffle_, term);
+              ? ppo_update(on_slot, value_, *value_opt_, *record, config_.update, weight, shuffle_, term, turns)
+              : grpo_update(on_slot, *record, config_.update, weight, shuffle_, term, turns);
       if (superseded()) return;  // the update it finished is its successor's to publish or redo
       policy_.with_slot([&](model::TenantSlot& slot) { version = slot.publish(); });
       ++it;
@@ -71,6 +73,7 @@ void RlJob::consume(std::uint64_t generation) {
       progress_.value_loss = stats.value_loss;
       progress_.entropy = stats.entropy;
       progress_.demo_loss = stats.demo_loss;
+      progress_.split_minibatches += static_cast<std::uint64_t>(stats.split_minibatches);
       if (weight < 1) ++progress_.records_downweighted;
       lk.unlock();
       // After the last update the job ends (below) before a synchronous producer may go on.

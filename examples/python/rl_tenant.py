@@ -93,7 +93,9 @@ def main():
                               "seconds": s.seconds, "untrained_version": untrained,
                               "untrained_success": untrained_success,
                               "warm_start_steps": a.warm_start_steps if a.demos else 0,
-                              "warm_start_loss": warm_loss, "demo_weight": a.demo_weight, "demo_loss": s.demo_loss}))
+                              "warm_start_loss": warm_loss, "demo_weight": a.demo_weight, "demo_loss": s.demo_loss,
+                              "split_minibatches": s.split_minibatches,
+                              "observation_bytes": s.observation_bytes}))
             return 0 if s.state == "done" else 1
     except nexus.Error as e:
         print(f"rl_tenant.py {a.tenant}: {e}", file=sys.stderr)

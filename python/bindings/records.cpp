@@ -123,7 +123,8 @@ void bind_env_records(py::module_& m) {
       .field("entropy", &RlStatus::entropy).field("records_dropped", &RlStatus::records_dropped)
       .field("records_downweighted", &RlStatus::records_downweighted).field("seconds", &RlStatus::seconds)
       .field("demo_loss", &RlStatus::demo_loss).field("records_behind", &RlStatus::records_behind)
-      .field("engine_steps", &RlStatus::engine_steps).field("interrupted_episodes", &RlStatus::interrupted_episodes);
+      .field("engine_steps", &RlStatus::engine_steps).field("interrupted_episodes", &RlStatus::interrupted_episodes)
+      .field("split_minibatches", &RlStatus::split_minibatches).field("observation_bytes", &RlStatus::observation_bytes);
   Record<JobSpec>(m, "JobSpec", "A job the daemon runs for you: sft on a loaded dataset, or eval of a version.")
       .field("kind", &JobSpec::kind).field("dataset", &JobSpec::dataset).field("steps", &JobSpec::steps)
       .field("batch", &JobSpec::batch).field("chunk", &JobSpec::chunk).field("task", &JobSpec::task)

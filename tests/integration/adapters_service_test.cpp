@@ -245,8 +245,18 @@ TEST_CASE("an RL job trains an adapter tenant's adapter through the backbone and
     INFO(o.algorithm << " " << st.state << ": " << st.error);
     CHECK(st.state == "done");
     CHECK(st.iterations == o.iterations);
+    return st;
   };
-  run({.sessions = 4, .horizon = 8, .iterations = 3, .epochs = 2, .minibatch = 16, .synchronous = true});
+  const auto ppo = run({.sessions = 4, .horizon = 8, .iterations = 3, .epochs = 2, .minibatch = 16, .synchronous = true});
+  // What its records may hold: every step's frame, tokens and mask, in the record being collected,
+  // the two queued and the one being updated on. (Minibatches run as parts while others are
+  // active or inference ran within 2 s: tests/model/rl_adapter_test.cpp holds the parts to the whole.)
+  const std::uint64_t per_step = std::uint64_t(bb.image_size) * bb.image_size * 3 + std::uint64_t(bb.max_tokens) * 5;
+  CHECK(ppo.observation_bytes == 4 * 8 * per_step * (2 + 2));
+  INFO("minibatches run as parts: " << ppo.split_minibatches);
+  // The job's update turns ran while inference (its own acting) was recent: they count among the
+  // shared turns, which an RL minibatch's turn once did not (the only training turns here).
+  CHECK(nexus::query_status(d.socket()).longest_shared_training_turn_s > 0);
   const auto after_ppo = features_of(*rla);
   CHECK(after_ppo != adapted_before);  // the adapter learned: the updates reached it
   run({.algorithm = "grpo", .sessions = 4, .group_size = 2, .iterations = 2, .max_steps = 6, .epochs = 2,

@@ -170,6 +170,8 @@ TEST_CASE("a PPO job through nexusd publishes versions that evaluate read-only, 
   CHECK(sync["state"] == "done");
   CHECK(sync["records_behind"] == 0);
   CHECK(sync["records_dropped"] == 0);
+  CHECK(sync["observation_bytes"] == 0);  // a head-only tenant's records keep features alone
+  CHECK(sync["split_minibatches"] == 0);  // and its minibatches (no backbone pass) stay whole
   CHECK(out["records_behind"].get<int>() >= 0);
   CHECK(nexus::query_status(daemon.socket()).pid == daemon.pid());
 }

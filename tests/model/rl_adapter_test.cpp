@@ -157,3 +157,63 @@ TEST_CASE("an adapter tenant's behaviour-cloning term re-runs the demonstrations
   CHECK(adapter_moved(true));
   CHECK_FALSE(adapter_moved(false));
 }
+
+TEST_CASE("an adapter tenant's update minibatch cut into turns steps once and equals it whole, and a stop between "
+          "its parts applies nothing",
+          "[model][rl][adapters][turns]") {
+  rl::UpdateConfig c;
+  // One minibatch, one optimizer step: after a second, AdamW's m / (sqrt(v) + eps) magnifies
+  // rounding in the gradients that are near zero there (seen: 1e-5 on a step of 1e-2).
+  c.epochs = 1, c.minibatch = kSteps * kSessions, c.entropy = 0.01;
+  // GRPO on one group of the four sessions, the behaviour-cloning term on: every part of the loss.
+  auto run = [&](Fixture& fx, const rl::UpdateTurns& turns, int& calls, int stop_at = -1) {
+    fx.record.group_size = kSessions;
+    fx.record.episode_return = torch::tensor({1.0f, 0.0f, 2.0f, -1.0f});
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    const auto inner = fx.runner();
+    const rl::SlotRunner counted = [&](const rl::SlotFunction& fn) {
+      if (calls++ == stop_at) throw std::runtime_error("stopped");  // as RlJob's on_slot throws StopRequested
+      inner(fn);
+    };
+    return rl::grpo_update(counted, fx.record, c, 1.0, gen, &fx.demos, turns);
+  };
+  auto all_parameters = [](model::TenantSlot& slot) {
+    std::vector<torch::Tensor> out;
+    for (auto& p : slot.head().parameters()) out.push_back(p.detach().clone());
+    return out;
+  };
+  Fixture whole_fx, cut_fx;
+  int whole_calls = 0, cut_calls = 0;
+  const auto whole = run(whole_fx, {}, whole_calls);
+  // A budget no pass fits: every turn holds the least part, 3 rows: 3 + 3 + 2 of each 8-row minibatch.
+  sched::TurnSizer sizer;
+  const rl::UpdateTurns tight{[] { return sched::TurnBudget{1e-9, 3}; }, &sizer};
+  const auto cut = run(cut_fx, tight, cut_calls);
+  CHECK(whole_calls == 1);
+  CHECK(cut_calls == 3);  // one turn per part
+  CHECK(whole.split_minibatches == 0);
+  CHECK(cut.split_minibatches == 1);
+  CHECK(sizer.measured());  // the parts' passes were measured for the next update's sizing
+  CHECK(cut.policy_loss == Approx(whole.policy_loss).epsilon(1e-5).margin(1e-6));
+  CHECK(cut.demo_loss == Approx(whole.demo_loss).epsilon(1e-5).margin(1e-6));
+  CHECK(cut.entropy == Approx(whole.entropy).epsilon(1e-6));
+  CHECK(cut.clip_fraction == Approx(whole.clip_fraction).margin(1e-9));
+  CHECK(whole_fx.slot->steps() == cut_fx.slot->steps());  // one optimizer step a minibatch either way
+  const auto a = all_parameters(*whole_fx.slot), b = all_parameters(*cut_fx.slot);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("parameter " << i << " of " << a.size() << ", " << a[i].sizes() << ": largest difference "
+                      << (a[i] - b[i]).abs().max().item<double>() << " on values up to " << a[i].abs().max().item<double>());
+    CHECK(torch::allclose(a[i], b[i], 1e-5, 1e-6));
+  }
+  // The tiny backbone's features move with the adapter: the cut path had to reach it.
+  CHECK_FALSE(same(adapter_parameters(*cut_fx.slot), adapter_parameters(*Fixture().slot)));
+
+  // A stop after the first part (the second part's turn refused): no step, the slot as it was.
+  Fixture stopped_fx;
+  const auto before = all_parameters(*stopped_fx.slot);
+  int calls = 0;
+  CHECK_THROWS_WITH(run(stopped_fx, tight, calls, /*stop_at=*/1), "stopped");
+  CHECK(stopped_fx.slot->steps() == 0);
+  CHECK(same(before, all_parameters(*stopped_fx.slot)));
+}

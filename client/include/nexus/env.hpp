@@ -97,6 +97,10 @@ struct RlStatus {
   // their engine was lost (the job went on; those episodes count as truncated).
   std::map<std::string, std::uint64_t> engine_steps;
   std::uint64_t interrupted_episodes = 0;
+  // Adapter tenants (HeadSpec::adapter): update minibatches that ran as parts, each in a turn of
+  // its own beside other tenants (bounded training turns), and the most bytes of observations its
+  // records may hold at once (a job over 512 MiB is refused at start). 0 for a head-only tenant.
+  std::uint64_t split_minibatches = 0, observation_bytes = 0;
   double seconds = 0;
 };
 
