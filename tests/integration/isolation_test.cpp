@@ -71,6 +71,13 @@ pid_t busy_trainer(const Daemon& d, const TempDir& dir, const std::string& name,
   return spawn(argv, {.stdout_path = dir.path + "/" + name + ".out", .stderr_path = dir.path + "/" + name + ".err"});
 }
 
+// examples/external_env on `socket` with a fault option, once it accepts connections.
+pid_t external_env(const TempDir& dir, const std::string& socket, const std::string& fault, const std::string& value) {
+  const pid_t sim = spawn({NEXUS_TEST_EXTERNAL_ENV, "--socket", socket, fault, value}, {.stdout_path = dir.path + "/sim.out"});
+  REQUIRE(eventually([&] { return ::access(socket.c_str(), F_OK) == 0; }, std::chrono::seconds(10)));
+  return sim;
+}
+
 }  // namespace
 
 TEST_CASE("weighted fair share: tenants weighted 1:2 that keep the queue busy get compute 1:2",
@@ -121,9 +128,7 @@ TEST_CASE("a hung external simulator fails its sessions after the timeout while 
           "[integration][model][env][isolation]") {
   TempDir dir;
   const std::string sim_socket = dir.path + "/sim.sock";
-  const pid_t sim = spawn({NEXUS_TEST_EXTERNAL_ENV, "--socket", sim_socket, "--hang-after", "2"},
-                          {.stdout_path = dir.path + "/sim.out"});
-  REQUIRE(eventually([&] { return ::access(sim_socket.c_str(), F_OK) == 0; }, std::chrono::seconds(10)));
+  const pid_t sim = external_env(dir, sim_socket, "--hang-after", "2");
   // The deadline of a 2-session exchange: 1.5 s + 2 x 0.25 s.
   std::ofstream(dir.path + "/nexusd.toml") << "[env]\nexternal_step_timeout_ms = 1500\nexternal_step_per_session_ms = 250\n";
   Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn", "-c", dir.path + "/nexusd.toml",
@@ -182,9 +187,7 @@ TEST_CASE("a slow external simulator gets the step timeout plus a budget per ses
           "[integration][model][env][isolation]") {
   TempDir dir;
   const std::string sim_socket = dir.path + "/sim.sock";
-  const pid_t sim = spawn({NEXUS_TEST_EXTERNAL_ENV, "--socket", sim_socket, "--slow-ms-per-session", "500"},
-                          {.stdout_path = dir.path + "/sim.out"});
-  REQUIRE(eventually([&] { return ::access(sim_socket.c_str(), F_OK) == 0; }, std::chrono::seconds(10)));
+  const pid_t sim = external_env(dir, sim_socket, "--slow-ms-per-session", "500");
   auto steps_with = [&](int per_session_ms) {
     const auto config = dir.path + "/nexusd-" + std::to_string(per_session_ms) + ".toml";
     std::ofstream(config) << "[env]\nexternal_step_timeout_ms = 1000\nexternal_step_per_session_ms = " << per_session_ms
