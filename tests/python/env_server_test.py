@@ -138,9 +138,10 @@ with Daemon("--external-env", f"py={sim_socket}", "--external-env", f"flaky={fla
     check(run.returncode == 0 and status["state"] == "done" and status["warm_start_steps"] == 10
           and status["warm_start_loss"] is not None and status["demo_loss"] != 0
           and 0 < status["untrained_version"] < status["first_version"]
-          and 0 <= status["untrained_success"] <= 1,
+          and 0 <= status["untrained_success"] <= 1
+          and status["observation_bytes"] == 0 and status["split_minibatches"] == 0,
           f"rl_tenant.py --demos published the untrained head, warm-started on the file, and its job computed the "
-          f"demonstrations' term: {status}")
+          f"demonstrations' term (a head-only tenant: no observations kept, minibatches whole): {status}")
 server.close()
 flaky.close()
 finish()
