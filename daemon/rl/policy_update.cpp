@@ -94,7 +94,10 @@ DemoTerm narrow(const DemoTerm& d, std::int64_t from, std::int64_t n) {
 std::int64_t rows_per_turn(const UpdateTurns& turns, bool adapted) {
   if (!adapted || !turns.budget || turns.sizer == nullptr) return 0;  // head-only: milliseconds
   const auto budget = turns.budget();
-  return budget.seconds > 0 ? turns.sizer->samples_within(budget.seconds, budget.least) : 0;
+  // The floor keeps an SFT micro-batch from being mostly a pass's fixed part; a part here runs a
+  // backward through the backbone for each row, so its fixed part weighs less: a quarter of it.
+  const auto least = std::max<std::int64_t>(1, budget.least / 4);
+  return budget.seconds > 0 ? turns.sizer->samples_within(budget.seconds, least) : 0;
 }
 
 // The clipped surrogate over flattened samples with per-sample advantages; shared by both. With

@@ -185,9 +185,10 @@ TEST_CASE("an adapter tenant's update minibatch cut into turns steps once and eq
   Fixture whole_fx, cut_fx;
   int whole_calls = 0, cut_calls = 0;
   const auto whole = run(whole_fx, {}, whole_calls);
-  // A budget no pass fits: every turn holds the least part, 3 rows: 3 + 3 + 2 of each 8-row minibatch.
+  // A budget no pass fits: every turn holds the least part, a quarter of the budget's least (an
+  // adapted part's floor): 3 rows, 3 + 3 + 2 of each 8-row minibatch.
   sched::TurnSizer sizer;
-  const rl::UpdateTurns tight{[] { return sched::TurnBudget{1e-9, 3}; }, &sizer};
+  const rl::UpdateTurns tight{[] { return sched::TurnBudget{1e-9, 12}; }, &sizer};
   const auto cut = run(cut_fx, tight, cut_calls);
   CHECK(whole_calls == 1);
   CHECK(cut_calls == 3);  // one turn per part
