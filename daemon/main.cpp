@@ -79,6 +79,7 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.jobs.heartbeat = c.job_heartbeat;
   m.jobs.max_per_tenant = static_cast<int>(c.jobs_per_tenant);
   m.jobs.max_jobs = static_cast<int>(c.jobs_total);
+  m.jobs.observation_bytes_per_uid = c.rl_observation_bytes_per_uid;
   m.request_bytes_per_tenant = c.request_bytes_per_tenant;
   m.record_timeline = !c.timeline_path.empty();
   return m;

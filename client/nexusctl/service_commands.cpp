@@ -138,21 +138,24 @@ json users_json(const DaemonStatus& s) {
   for (const auto& u : s.users)
     out.push_back({{"uid", u.uid}, {"names", u.names}, {"names_max", u.names_max}, {"slots", u.slots},
                    {"slots_max", u.slots_max}, {"checkpoints", u.checkpoints}, {"checkpoints_max", u.checkpoints_max},
-                   {"checkpoint_bytes", u.checkpoint_bytes}, {"checkpoint_bytes_max", u.checkpoint_bytes_max}});
+                   {"checkpoint_bytes", u.checkpoint_bytes}, {"checkpoint_bytes_max", u.checkpoint_bytes_max},
+                   {"rl_observation_bytes", u.rl_observation_bytes}, {"rl_observation_bytes_max", u.rl_observation_bytes_max}});
   return out;
 }
 
 void print_users(const DaemonStatus& s) {
   if (s.users.empty()) return;
-  std::printf("per Unix user (used/bound):\n%8s %11s %11s %13s %21s\n", "UID", "NAMES", "SLOTS", "CHECKPOINTS",
-              "CHECKPOINT MiB");
+  std::printf("per Unix user (used/bound):\n%8s %11s %11s %13s %21s %21s\n", "UID", "NAMES", "SLOTS", "CHECKPOINTS",
+              "CHECKPOINT MiB", "RL OBSERVATIONS MiB");
+  const auto mib = [](std::uint64_t b) { return static_cast<unsigned long long>((b + (1u << 20) - 1) >> 20); };
   for (const auto& u : s.users)
-    std::printf("%8u %5llu/%-5llu %5llu/%-5llu %6llu/%-6llu %10llu/%-10llu\n", u.uid,
+    std::printf("%8u %5llu/%-5llu %5llu/%-5llu %6llu/%-6llu %10llu/%-10llu %10llu/%-10llu\n", u.uid,
                 static_cast<unsigned long long>(u.names), static_cast<unsigned long long>(u.names_max),
                 static_cast<unsigned long long>(u.slots), static_cast<unsigned long long>(u.slots_max),
                 static_cast<unsigned long long>(u.checkpoints), static_cast<unsigned long long>(u.checkpoints_max),
                 static_cast<unsigned long long>(u.checkpoint_bytes >> 20),
-                static_cast<unsigned long long>(u.checkpoint_bytes_max >> 20));
+                static_cast<unsigned long long>(u.checkpoint_bytes_max >> 20), mib(u.rl_observation_bytes),
+                mib(u.rl_observation_bytes_max));
 }
 
 }  // namespace

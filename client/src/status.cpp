@@ -107,7 +107,8 @@ DaemonStatus query_status(const std::string& socket_path, std::chrono::milliseco
   if (r->users())
     for (const auto* u : *r->users())
       s.users.push_back(UserUsage{u->uid(), u->names(), u->names_max(), u->slots(), u->slots_max(), u->checkpoints(),
-                                  u->checkpoints_max(), u->checkpoint_bytes(), u->checkpoint_bytes_max()});
+                                  u->checkpoints_max(), u->checkpoint_bytes(), u->checkpoint_bytes_max(),
+                                  u->rl_observation_bytes(), u->rl_observation_bytes_max()});
   return s;
 }
 

@@ -49,9 +49,10 @@ int check_config(const DaemonConfig& c, const std::string& source) {
                 c.training_lanes ? "1 training" : "training on the first inference lane");
   std::printf("           training turns of at most %.0f ms%s\n", c.max_training_turn_ms,
               c.max_training_turn_ms > 0 && !c.deterministic ? " (bigger steps run as micro-batches)" : " (steps never split)");
-  std::printf("           per user: %u names, %u slots, %u checkpoints (%llu MiB); jobs: %u per tenant, %u in all\n",
+  std::printf("           per user: %u names, %u slots, %u checkpoints (%llu MiB), %llu MiB of RL observations; jobs: %u per tenant, %u in all\n",
               c.max_names_per_uid, c.max_slots_per_uid, c.max_checkpoints_per_uid,
-              static_cast<unsigned long long>(c.checkpoint_bytes_per_uid >> 20), c.jobs_per_tenant, c.jobs_total);
+              static_cast<unsigned long long>(c.checkpoint_bytes_per_uid >> 20),
+              static_cast<unsigned long long>(c.rl_observation_bytes_per_uid >> 20), c.jobs_per_tenant, c.jobs_total);
   if (c.feature_cache_bytes == 0)
     std::printf("  cache    feature cache off ([feature_cache] mib = 0)\n");
   else

@@ -240,6 +240,8 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.jobs_running = static_cast<std::uint32_t>(r.positive("jobs", "max_running", c.jobs_running));
   c.jobs_per_tenant = static_cast<std::uint32_t>(r.positive("jobs", "max_per_tenant", c.jobs_per_tenant));
   c.jobs_total = static_cast<std::uint32_t>(r.positive("jobs", "max_jobs", c.jobs_total));
+  c.rl_observation_bytes_per_uid = static_cast<std::uint64_t>(r.positive("jobs", "rl_observation_mib_per_uid",
+                                                                          c.rl_observation_bytes_per_uid >> 20)) << 20;
   c.job_heartbeat = milliseconds(r.positive("jobs", "heartbeat_ms", c.job_heartbeat.count()));
 
   r.get("metrics", "textfile", c.metrics_textfile);

@@ -107,6 +107,8 @@ struct DaemonConfig {
   std::uint32_t jobs_running = 16;
   std::uint32_t jobs_per_tenant = 32;        // a tenant's jobs queued or running (LimitExceeded beyond)
   std::uint32_t jobs_total = 1024;           // every tenant's jobs queued or running
+  // Observations adapter tenants' RL jobs of one Unix user keep in memory at once (QuotaExceeded beyond).
+  std::uint64_t rl_observation_bytes_per_uid = 1ull << 30;
   std::chrono::milliseconds job_heartbeat{60000};  // a job loop silent this long is restarted
   // Test only (nexusd --inject-fault NAME): faults the Health Manager's tests provoke.
   std::vector<std::string> inject_faults;

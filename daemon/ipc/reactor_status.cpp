@@ -69,7 +69,8 @@ void Reactor::send_status(Connection& c, double usage_since_s) {
   for (const auto& [uid, u] : users)
     user_usage.push_back(wire::CreateUserUsage(fbb, uid, u.names, registry_.limits().names_per_uid, u.slots,
                                                st.user_bounds.slots, u.checkpoints, st.user_bounds.checkpoints,
-                                               u.checkpoint_bytes, st.user_bounds.checkpoint_bytes));
+                                               u.checkpoint_bytes, st.user_bounds.checkpoint_bytes, u.rl_observation_bytes,
+                                               st.user_bounds.rl_observation_bytes));
   const auto users_vector = fbb.CreateVector(user_usage);
   std::vector<flatbuffers::Offset<wire::EngineInfo>> engines;
   for (const auto& e : st.engines)

@@ -38,9 +38,12 @@ struct JobRegistry::Job {
 // RL runs (rl_runs.cpp): started with the tenant's policy port; progress as a JobInfo.
 // Its loops are roles "job-<id>-rollout" and "job-<id>-update" of `health` (optional). A
 // demo_dataset is sampled from `datasets` (this tenant's) for the behaviour-cloning term.
-std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const RlJobSpec& r,
+// An adapter tenant's job takes what its records may hold from `observations` for `owner`
+// (ObservationQuotaExceeded when over the user's bound) and gives it back when the run goes.
+std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, uid_t owner, const RlJobSpec& r,
                                                   model::ModelService& model, env::EnvService& envs,
-                                                  env::DatasetStore& datasets, HealthManager* health, std::uint64_t id, const JobLimits& limits,
+                                                  env::DatasetStore& datasets, HealthManager* health, std::uint64_t id,
+                                                  const JobLimits& limits, ObservationLedger& observations,
                                                   std::uint64_t& first_version);  // throws std::runtime_error
 void rl_progress(const RlRun& run, JobInfo& info);  // fills state, counts, losses
 void rl_stop(RlRun& run);

@@ -9,7 +9,8 @@ namespace nexus::daemon {
 
 JobRegistry::JobRegistry(model::ModelService& model, env::EnvService& envs, env::DatasetStore& datasets,
                          JobLimits limits, HealthManager* health)
-    : model_(model), envs_(envs), datasets_(datasets), limits_(limits), health_(health), reaper_([this] { reap(); }) {}
+    : model_(model), envs_(envs), datasets_(datasets), limits_(limits), health_(health),
+      observations_(limits.observation_bytes_per_uid), reaper_([this] { reap(); }) {}
 
 JobRegistry::~JobRegistry() {
   {
@@ -112,8 +113,12 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   job->admitted = true;
   std::uint64_t first = 0;
   std::string error;
+  auto refusal = JobRefusal::CannotStart;
   try {  // opens sessions and publishes the starting version: outside the registry's lock
-    job->rl = start_rl_run(tenant, r, model_, envs_, datasets_, health_, id, limits_, first);
+    job->rl = start_rl_run(tenant, owner, r, model_, envs_, datasets_, health_, id, limits_, observations_, first);
+  } catch (const ObservationQuotaExceeded& e) {
+    error = e.what();
+    refusal = JobRefusal::OverQuota;
   } catch (const std::exception& e) {
     error = e.what();
   } catch (...) {
@@ -122,7 +127,7 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
   std::lock_guard lk(mu_);
   if (!error.empty()) {
     ended(*job);  // gives its places back
-    return JobRefused{JobRefusal::CannotStart, error};
+    return JobRefused{refusal, error};
   }
   add(std::move(job), id);
   return std::pair{id, first};

@@ -35,6 +35,7 @@
 #include "daemon/env/dataset_store.hpp"
 #include "daemon/env/env_service.hpp"
 #include "daemon/health/health_manager.hpp"
+#include "daemon/jobs/observation_ledger.hpp"
 #include "daemon/metrics/service_status.hpp"
 #include "daemon/model/model_service.hpp"
 
@@ -49,6 +50,9 @@ struct JobLimits {
   std::chrono::milliseconds heartbeat{60000};
   int max_per_tenant = 32;  // queued or running (RL jobs too)
   int max_jobs = 1024;      // queued or running, every tenant's
+  // What adapter tenants' RL jobs of one Unix user may keep of observations at once
+  // (observation_ledger.hpp; QuotaExceeded beyond).
+  std::uint64_t observation_bytes_per_uid = 1ull << 30;
 };
 
 // What a job is asked to do, as master decoded it from the wire (JobSpec, RlStartRequest): jobs
@@ -87,6 +91,7 @@ struct RlJobSpec {  // nexus.fbs's RlStartRequest says what each means
 enum class JobRefusal {
   BadSpec,         // out of range or unknown kind
   OverBound,       // the tenant's or nexusd's bound on jobs
+  OverQuota,       // the user's bound on what its jobs keep (observation_ledger.hpp)
   CannotStart,     // an RL job of the tenant runs, or its set-up failed
   UnknownJob,      // no such job of the requester's
   Stopping,        // nexusd is stopping
@@ -120,6 +125,8 @@ class JobRegistry {
   std::optional<JobInfo> latest_rl(const std::string& tenant) const;
   // Cancels a job if `tenant` owns it (or, tenant empty, `requester` is root or its owner).
   std::variant<JobInfo, JobRefused> cancel(std::uint64_t id, const std::string& tenant, uid_t requester);
+  // Bytes of observations each user's RL jobs keep now (users keeping none are absent).
+  std::map<uid_t, std::uint64_t> observations_held() const { return observations_.held(); }
   void tenant_attached(const std::string& tenant);
   void tenant_detached(const std::string& tenant);
 
@@ -143,6 +150,7 @@ class JobRegistry {
   env::DatasetStore& datasets_;
   const JobLimits limits_;
   HealthManager* const health_;
+  ObservationLedger observations_;  // before jobs_: the runs give back to it as they go
 
   mutable std::mutex mu_;
   std::condition_variable cv_;                        // the reaper

@@ -9,13 +9,19 @@ namespace nexus::daemon {
 class RlRun {
  public:
   RlRun(const std::string& tenant, rl::RlConfig config, model::ModelService& model, env::EnvService& envs,
-        rl::RlSupervision supervision)
-      : port_(model.policy_port(tenant)), job_(tenant, std::move(config), *port_, envs, std::move(supervision)) {}
+        rl::RlSupervision supervision, ObservationLedger& observations, uid_t owner)
+      : hold_(observations, owner), port_(model.policy_port(tenant)),
+        job_(tenant, with_hold(std::move(config)), *port_, envs, std::move(supervision)) {}
   rl::RlJob& job() { return job_; }
   const rl::RlJob& job() const { return job_; }
 
  private:
-  std::unique_ptr<model::PolicyPort> port_;  // outlives the job (declared first)
+  rl::RlConfig with_hold(rl::RlConfig c) {
+    c.hold_observations = [this](std::uint64_t bytes) { hold_.take(bytes); };
+    return c;
+  }
+  ObservationHold hold_;                     // given back after the job's records are freed (declared first)
+  std::unique_ptr<model::PolicyPort> port_;  // outlives the job
   rl::RlJob job_;
 };
 
@@ -52,10 +58,11 @@ rl::DemoConfig demo_config(const std::string& tenant, const RlJobSpec& r, env::D
 
 }  // namespace
 
-std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, const RlJobSpec& r,
+std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, uid_t owner, const RlJobSpec& r,
                                                   model::ModelService& model, env::EnvService& envs,
                                                   env::DatasetStore& datasets, HealthManager* health, std::uint64_t id,
-                                                  const JobLimits& limits, std::uint64_t& first_version) {
+                                                  const JobLimits& limits, ObservationLedger& observations,
+                                                  std::uint64_t& first_version) {
   rl::RlConfig c;
   c.algorithm = r.algorithm;
   c.task = r.task;
@@ -68,7 +75,7 @@ std::unique_ptr<RlRun, RlRunDeleter> start_rl_run(const std::string& tenant, con
     throw std::runtime_error("iterations <= 100000, epochs <= 32, minibatch <= 4096");
   c.demos = demo_config(tenant, r, datasets, model.backbone().max_tokens);
   const rl::RlSupervision supervision{health, "job-" + std::to_string(id), limits.heartbeat};
-  std::unique_ptr<RlRun, RlRunDeleter> run(new RlRun(tenant, std::move(c), model, envs, supervision));
+  std::unique_ptr<RlRun, RlRunDeleter> run(new RlRun(tenant, std::move(c), model, envs, supervision, observations, owner));
   first_version = run->job().progress().first_version;
   return run;
 }

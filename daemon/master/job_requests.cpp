@@ -32,6 +32,7 @@ wire::ErrorCode wire_code(JobRefusal refusal) {
   switch (refusal) {
     case JobRefusal::BadSpec: return wire::ErrorCode::BadMessage;
     case JobRefusal::OverBound: return wire::ErrorCode::LimitExceeded;
+    case JobRefusal::OverQuota: return wire::ErrorCode::QuotaExceeded;
     case JobRefusal::CannotStart: return wire::ErrorCode::JobFailed;
     case JobRefusal::UnknownJob: return wire::ErrorCode::UnknownJob;
     case JobRefusal::Stopping: return wire::ErrorCode::Internal;

@@ -242,8 +242,13 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
       s.health.push_back(r.name + ": " + std::to_string(r.restarts) + " restart(s), last: " + r.last_reason);
   s.health_restarts = impl_->health.restarts();
   for (const auto& u : impl_->model.user_usage()) s.users.push_back({u.uid, 0, u.slots, u.checkpoints, u.checkpoint_bytes});
+  for (const auto& [uid, bytes] : impl_->jobs.observations_held()) {
+    auto it = std::find_if(s.users.begin(), s.users.end(), [uid = uid](const UserStatus& u) { return u.uid == uid; });
+    if (it == s.users.end()) it = s.users.insert(s.users.end(), UserStatus{static_cast<std::uint32_t>(uid)});
+    it->rl_observation_bytes = bytes;
+  }
   const auto& b = impl_->config.model.users;
-  s.user_bounds = {0, b.slots, b.checkpoints, b.checkpoint_bytes};
+  s.user_bounds = {0, b.slots, b.checkpoints, b.checkpoint_bytes, impl_->config.jobs.observation_bytes_per_uid};
   return s;
 }
 

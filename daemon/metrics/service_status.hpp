@@ -74,9 +74,10 @@ struct ReplicaStatus {
 struct UserStatus {
   std::uint32_t uid = 0;
   std::uint64_t names = 0, slots = 0, checkpoints = 0, checkpoint_bytes = 0;
+  std::uint64_t rl_observation_bytes = 0;  // kept by its adapter tenants' RL jobs (the job registry)
 };
 struct UserBounds {
-  std::uint64_t names = 0, slots = 0, checkpoints = 0, checkpoint_bytes = 0;
+  std::uint64_t names = 0, slots = 0, checkpoints = 0, checkpoint_bytes = 0, rl_observation_bytes = 0;
 };
 
 // The frozen-feature cache's counters (model::FeatureCacheStats, copied: this header is the

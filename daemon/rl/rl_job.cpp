@@ -65,6 +65,15 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
                                    std::to_string(kMaxHeldObservationBytes >> 20) + " MiB a job may hold: make them smaller");
         progress_.observation_bytes = held;  // before the job's threads start, as first_version below
       }
+    });
+    // Outside the slot's turn, so that a refusal keeps its type (a user's bound: daemon/jobs),
+    // and before anything is published.
+    if (progress_.observation_bytes > 0 && c.hold_observations) c.hold_observations(progress_.observation_bytes);
+    policy_.with_slot([&](model::TenantSlot& slot) {
+      const auto& h = slot.head().spec();  // as checked in the turn above, unless re-registered since
+      if ((h.adapter.rank > 0) != keeps_observations() || h.kind != "gaussian" || h.action_dim != spec_.action_dim ||
+          h.state_dim != spec_.state_dim || h.token_queries != 0)
+        throw std::runtime_error("the tenant registered another head while its RL job started: start the job again");
       torch::manual_seed(c.seed);  // the value head's initialisation, under the executor's lock
       value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256);
       value_opt_ = std::make_unique<torch::optim::AdamW>(value_->parameters(), torch::optim::AdamWOptions(c.update.value_lr));

@@ -83,6 +83,10 @@ struct RlConfig {
   Staleness staleness;
   UpdateConfig update;
   DemoConfig demos;
+  // Called once at start, before the loops run and anything is published, with the bytes of
+  // observations an adapter tenant's records may hold at once; it throws to refuse the job (the
+  // user's bound, daemon/jobs/observation_ledger.hpp). Head-only jobs keep none and never call it.
+  std::function<void(std::uint64_t)> hold_observations;
 };
 
 // An RL run's life: starting, running, then done (all iterations), stopped (cancelled or its

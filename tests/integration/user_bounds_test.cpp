@@ -1,11 +1,13 @@
 // Per Unix user bounds (issue: one user cannot grow nexusd's memory or disk without end): tenant
-// names, resident slots, checkpoint tags and checkpoint bytes, each refused with QuotaExceeded
-// naming its key, and shown against its bound by `nexusctl usage`. At c0d0e58 none existed.
+// names, resident slots, checkpoint tags and checkpoint bytes, the observations adapter tenants'
+// RL jobs keep, each refused with QuotaExceeded naming its key, and shown against its bound by
+// `nexusctl usage`. At c0d0e58 none existed.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "nexus/client.hpp"
 #include "nexus/status.hpp"
@@ -121,4 +123,79 @@ TEST_CASE("at a Unix user's slot bound its longest-detached slot makes room, and
   // ... until one of them leaves: then it is restored, as it was.
   b.reset();
   CHECK(a->slot_digest() == a_digest);
+}
+
+// An adapter tenant's RL job keeps every step's observation in nexusd's memory (its updates
+// re-run the adapted backbone on them). One Unix user's jobs share a bound on those bytes
+// ([jobs] rl_observation_mib_per_uid): a start beyond it is QuotaExceeded, nothing started; a
+// head-only job keeps none and is not refused; another Unix user's jobs have a bound of their
+// own; a job's end gives its bytes back. `nexusctl usage` shows the bytes against the bound.
+TEST_CASE("one Unix user's adapter RL jobs share a bound on the observations they keep and another user has its own",
+          "[integration][model][bounds][rl]") {
+  const auto mallory = ensure_test_user("nexus-test-mallory");
+  if (!mallory) FAIL("this test needs root to create users; run the suite as root");
+  TempDir dir;
+  std::ofstream(dir.path + "/nexusd.toml") << "[jobs]\nrl_observation_mib_per_uid = 2\n";
+  Daemon d({"--config", dir.path + "/nexusd.toml", "--weights", tiny_weights_path(), "--log-level", "warn"});
+  auto attach = [&](const std::string& name) {
+    return nexus::Client::attach({.socket_path = d.socket(), .tenant = name, .timeout = std::chrono::seconds(120)});
+  };
+  nexus::TenantSpec spec{.head = {.kind = "gaussian", .state_dim = 4, .action_dim = 2, .chunk = 1, .hidden = 64}, .seed = 3};
+  spec.head.adapter.rank = 4;
+  auto a = attach("a"), b = attach("b"), h = attach("h");
+  const auto bb = a->register_tenant(spec);
+  b->register_tenant(spec);
+  auto head_only = spec;
+  head_only.head.adapter.rank = 0;
+  h->register_tenant(head_only);
+  // Sessions such that one job's records (4 in flight: collected, 2 queued, updated on) keep
+  // between 1 and 2 MiB: one fits the user's 2 MiB, two do not.
+  const std::uint64_t per_step = std::uint64_t(bb.image_size) * bb.image_size * 3 + std::uint64_t(bb.max_tokens) * 5;
+  const int sessions = static_cast<int>((std::uint64_t(5) << 18) / (8 * 4 * per_step)) + 1;
+  const std::uint64_t held = std::uint64_t(sessions) * 8 * per_step * 4;
+  REQUIRE(held > (1u << 20));
+  REQUIRE(held <= (2u << 20));
+  const nexus::RlOptions job{.sessions = sessions, .horizon = 8, .iterations = 100000};
+
+  auto my_usage = [&](const std::string& tag) {
+    const auto [rc, usage] = run_json({nexusctl_path(), "-s", d.socket(), "usage", "--json"}, dir, tag);
+    REQUIRE(rc == 0);
+    for (const auto& u : usage["users"])
+      if (u["uid"] == ::getuid()) return u;
+    return nlohmann::json{{"rl_observation_bytes", 0}};
+  };
+  a->rl_start(job);
+  CHECK(a->rl_status().observation_bytes == held);
+  const auto during = my_usage("usage-during");
+  CHECK(during["rl_observation_bytes"] == held);
+  CHECK(during["rl_observation_bytes_max"] == 2u << 20);
+
+  nexus::ErrorCode code{};
+  CHECK_THAT(refusal([&] { b->rl_start(job); }, &code), Catch::Contains("rl_observation_mib_per_uid"));
+  CHECK(code == nexus::ErrorCode::QuotaExceeded);
+  CHECK(my_usage("usage-refused")["rl_observation_bytes"] == held);  // the refused start took nothing
+  // A head-only tenant keeps pooled features only: the same job starts.
+  CHECK(refusal([&] { h->rl_start(job); }).empty());
+  CHECK(h->rl_status(/*stop=*/true).observation_bytes == 0);
+
+  // Another Unix user, while this one is at its bound: its own adapter job runs to the end.
+  const std::string rl = executable_copy(NEXUS_TEST_RL_TENANT, dir);
+  const pid_t p = spawn({rl, "-s", d.socket(), "-t", "mallory-rl", "--sessions", std::to_string(sessions), "--horizon",
+                         "8", "--iterations", "1", "--synchronous", "--adapter-rank", "4", "--report-every", "0"},
+                        {.stdout_path = dir.path + "/mallory.out", .stderr_path = dir.path + "/mallory.err",
+                         .uid = mallory->uid, .gid = mallory->gid});
+  const int rc = wait_exit(p, std::chrono::seconds(300)).value_or(-1);
+  INFO(read_file(dir.path + "/mallory.err"));
+  REQUIRE(rc == 0);
+  const auto theirs = nlohmann::json::parse(last_line(dir.path + "/mallory.out"));
+  CHECK(theirs["state"] == "done");
+  CHECK(theirs["observation_bytes"] == held);
+
+  // This user's job ends: its bytes come back once its records are freed, and b's job starts.
+  a->rl_status(/*stop=*/true);
+  for (int i = 0; i < 300 && my_usage("usage-after")["rl_observation_bytes"] != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(my_usage("usage-after")["rl_observation_bytes"] == 0);
+  CHECK(refusal([&] { b->rl_start(job); }).empty());
+  CHECK(b->rl_status(/*stop=*/true).observation_bytes == held);
 }

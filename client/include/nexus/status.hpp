@@ -46,6 +46,7 @@ struct UserUsage {
   std::uint64_t slots = 0, slots_max = 0;              // its tenants' slots resident in memory
   std::uint64_t checkpoints = 0, checkpoints_max = 0;  // checkpoint tags
   std::uint64_t checkpoint_bytes = 0, checkpoint_bytes_max = 0;
+  std::uint64_t rl_observation_bytes = 0, rl_observation_bytes_max = 0;  // adapter tenants' RL jobs keep in memory
 };
 
 // A rollout engine (nexus-rollout) attached to nexusd.
