@@ -47,6 +47,14 @@ class Reader {
     if (get(section, key, v) && v < 0) fail(section, key, "must be >= 0");
     return v;
   }
+  // A size in MiB, returned in bytes: at most 2^24 MiB (16 TiB), so that the shift cannot wrap
+  // a huge value into a tiny bound.
+  std::uint64_t mib(const char* section, const char* key, std::uint64_t fallback_bytes, bool zero_ok = false) {
+    const auto fallback = static_cast<std::int64_t>(fallback_bytes >> 20);
+    const std::int64_t v = zero_ok ? non_negative(section, key, fallback) : positive(section, key, fallback);
+    if (v > (std::int64_t{1} << 24)) fail(section, key, "must be at most 16777216 (16 TiB)");
+    return static_cast<std::uint64_t>(v) << 20;
+  }
   double positive_real(const char* section, const char* key, double fallback) {
     double v = fallback;
     const auto node = t_[section][key];
@@ -92,12 +100,11 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.max_names_per_uid = static_cast<std::uint32_t>(r.positive("daemon", "max_names_per_uid", c.max_names_per_uid));
   c.max_names = static_cast<std::uint32_t>(r.positive("daemon", "max_names", c.max_names));
   c.io_workers = static_cast<std::uint32_t>(r.positive("daemon", "io_workers", c.io_workers));
-  c.max_segment_bytes = static_cast<std::uint64_t>(r.positive("daemon", "max_segment_mib", c.max_segment_bytes >> 20)) << 20;
+  c.max_segment_bytes = r.mib("daemon", "max_segment_mib", c.max_segment_bytes);
   c.max_pending_connections =
       static_cast<std::uint32_t>(r.positive("daemon", "max_pending_connections", c.max_pending_connections));
   c.max_in_flight = static_cast<std::uint32_t>(r.positive("daemon", "max_in_flight", c.max_in_flight));
-  c.request_bytes_per_tenant =
-      static_cast<std::uint64_t>(r.positive("daemon", "request_mib_per_tenant", c.request_bytes_per_tenant >> 20)) << 20;
+  c.request_bytes_per_tenant = r.mib("daemon", "request_mib_per_tenant", c.request_bytes_per_tenant);
   c.spin = microseconds(r.non_negative("daemon", "spin_us", c.spin.count()));
   r.get("daemon", "log_level", c.log_level);
   if (const auto n = t["ipc"]["allow_device_regions"]) {
@@ -148,15 +155,10 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.max_slots_per_uid = static_cast<std::uint32_t>(r.positive("model", "max_slots_per_uid", c.max_slots_per_uid));
   c.max_checkpoints_per_uid =
       static_cast<std::uint32_t>(r.positive("model", "max_checkpoints_per_uid", c.max_checkpoints_per_uid));
-  c.checkpoint_bytes_per_uid =
-      static_cast<std::uint64_t>(r.positive("model", "checkpoint_mib_per_uid", c.checkpoint_bytes_per_uid >> 20)) << 20;
-  c.feature_cache_bytes =
-      static_cast<std::uint64_t>(r.non_negative("feature_cache", "mib", c.feature_cache_bytes >> 20)) << 20;
-  c.feature_cache_bytes_per_tenant =
-      static_cast<std::uint64_t>(r.positive("feature_cache", "mib_per_tenant", c.feature_cache_bytes_per_tenant >> 20))
-      << 20;
-  c.feature_cache_disk_bytes =
-      static_cast<std::uint64_t>(r.non_negative("feature_cache", "disk_mib", c.feature_cache_disk_bytes >> 20)) << 20;
+  c.checkpoint_bytes_per_uid = r.mib("model", "checkpoint_mib_per_uid", c.checkpoint_bytes_per_uid);
+  c.feature_cache_bytes = r.mib("feature_cache", "mib", c.feature_cache_bytes, /*zero_ok=*/true);
+  c.feature_cache_bytes_per_tenant = r.mib("feature_cache", "mib_per_tenant", c.feature_cache_bytes_per_tenant);
+  c.feature_cache_disk_bytes = r.mib("feature_cache", "disk_mib", c.feature_cache_disk_bytes, /*zero_ok=*/true);
   if (const auto n = t["feature_cache"]["shared"]) {
     const auto v = n.value<bool>();
     if (!v || !n.is_boolean()) r.fail("feature_cache", "shared", "must be true or false");
@@ -196,9 +198,8 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.external_step_per_session =
       milliseconds(r.non_negative("env", "external_step_per_session_ms", c.external_step_per_session.count()));
   c.datasets_per_tenant = static_cast<std::uint32_t>(r.positive("env", "datasets_per_tenant", c.datasets_per_tenant));
-  c.dataset_bytes_per_tenant =
-      static_cast<std::uint64_t>(r.positive("env", "dataset_mib_per_tenant", c.dataset_bytes_per_tenant >> 20)) << 20;
-  c.dataset_bytes_total = static_cast<std::uint64_t>(r.positive("env", "dataset_mib_total", c.dataset_bytes_total >> 20)) << 20;
+  c.dataset_bytes_per_tenant = r.mib("env", "dataset_mib_per_tenant", c.dataset_bytes_per_tenant);
+  c.dataset_bytes_total = r.mib("env", "dataset_mib_total", c.dataset_bytes_total);
   r.get("env", "dataset_reader", c.dataset_reader);
   c.dataset_parse_timeout =
       milliseconds(r.positive("env", "dataset_parse_timeout_ms", c.dataset_parse_timeout.count()));
@@ -240,8 +241,7 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.jobs_running = static_cast<std::uint32_t>(r.positive("jobs", "max_running", c.jobs_running));
   c.jobs_per_tenant = static_cast<std::uint32_t>(r.positive("jobs", "max_per_tenant", c.jobs_per_tenant));
   c.jobs_total = static_cast<std::uint32_t>(r.positive("jobs", "max_jobs", c.jobs_total));
-  c.rl_observation_bytes_per_uid = static_cast<std::uint64_t>(r.positive("jobs", "rl_observation_mib_per_uid",
-                                                                          c.rl_observation_bytes_per_uid >> 20)) << 20;
+  c.rl_observation_bytes_per_uid = r.mib("jobs", "rl_observation_mib_per_uid", c.rl_observation_bytes_per_uid);
   c.job_heartbeat = milliseconds(r.positive("jobs", "heartbeat_ms", c.job_heartbeat.count()));
 
   r.get("metrics", "textfile", c.metrics_textfile);

@@ -93,9 +93,15 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
                                                                                         uid_t owner,
                                                                                         const RlJobSpec& r) {
   std::uint64_t id = 0;
+  std::vector<std::unique_ptr<RlRun, RlRunDeleter>> stopped_runs;
   {
     std::lock_guard lk(mu_);
     if (stop_) return JobRefused{JobRefusal::Stopping, "nexusd is stopping"};
+    // The owner's runs that are done but not reaped yet are freed first (below, outside the
+    // lock), so that what they kept is back within the user's bounds when this one asks: a job
+    // stopped and another started at once must not be refused for the stopped one's bytes.
+    for (auto& [other, job] : jobs_)
+      if (job->owner == owner) take_finished_run(*job, stopped_runs);
     for (const auto& [other, job] : jobs_)
       if (job->rl && job->info.tenant == tenant && !rl_finished(*job->rl))
         return JobRefused{JobRefusal::CannotStart, "an RL job of this tenant is running: stop it first"};
@@ -104,6 +110,7 @@ std::variant<std::pair<std::uint64_t, std::uint64_t>, JobRefused> JobRegistry::s
     ++active_, ++active_of_[tenant];  // its places, held while it is set up
     ++running_, ++running_of_[tenant];
   }
+  stopped_runs.clear();  // joins their loops: a step in flight finishes first
   auto job = std::make_unique<Job>();
   job->owner = owner;
   job->info.tenant = tenant;
@@ -196,6 +203,18 @@ void JobRegistry::tenant_detached(const std::string& tenant) {
     }
   admit_waiting();  // its queued jobs leave the queue, cancelled
 }
+void JobRegistry::take_finished_run(Job& job, std::vector<std::unique_ptr<RlRun, RlRunDeleter>>& out) {
+  if (!job.rl || !rl_finished(*job.rl) || job.exited) return;
+  JobInfo last = info_of(job);
+  {
+    std::lock_guard jl(job.mu);
+    job.info = last;
+    job.ended = std::chrono::steady_clock::now();
+  }
+  ended(job);  // the run's loops are done: its object may go (joins them, closes sessions)
+  out.push_back(std::move(job.rl));
+}
+
 // Joins what has ended (threads, RL runs) and forgets the oldest finished jobs beyond the cap.
 void JobRegistry::reap() {
   std::unique_lock lk(mu_);
@@ -210,16 +229,7 @@ void JobRegistry::reap() {
     for (auto& [id, job] : jobs_) {
       if (job->thread.joinable() && job->exited) job->thread.join();
       if (job->exited && job->role) ended_roles.push_back(std::move(job->role)), role_pending.insert(id);
-      if (job->rl && rl_finished(*job->rl) && !job->exited) {
-        JobInfo last = info_of(*job);
-        {
-          std::lock_guard jl(job->mu);
-          job->info = last;
-          job->ended = std::chrono::steady_clock::now();
-        }
-        ended(*job);  // the run's loops are done: its object may go (joins them, closes sessions)
-        ended_runs.push_back(std::move(job->rl));
-      }
+      take_finished_run(*job, ended_runs);
       if (job->exited) ++finished;
     }
     for (auto it = jobs_.begin(); finished > limits_.finished_kept && it != jobs_.end();)

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -35,12 +36,13 @@ class ObservationLedger {
     std::lock_guard lk(mu_);
     auto& held = held_[uid];
     if (bytes > per_uid_ || held > per_uid_ - bytes) {
-      const auto mib = [](std::uint64_t b) { return std::to_string((b + (1u << 20) - 1) >> 20) + " MiB"; };
-      const std::string others = held ? mib(held) : std::string("0 MiB");
+      const std::uint64_t others = held;
       if (held == 0) held_.erase(uid);
-      throw ObservationQuotaExceeded(
-          "this job's records would keep " + mib(bytes) + " of observations in nexusd's memory, and your other RL jobs keep " +
-          others + ": over your " + mib(per_uid_) + " ([jobs] rl_observation_mib_per_uid); stop one, or use fewer sessions, a shorter horizon or a smaller queue_capacity");
+      throw ObservationQuotaExceeded("this job's records would keep " + mib(bytes) +
+                                     " of observations in nexusd's memory and your other RL jobs keep " + mib(others) +
+                                     ": over your " + mib(per_uid_) +
+                                     " ([jobs] rl_observation_mib_per_uid); stop one, or use fewer sessions, a shorter "
+                                     "horizon or a smaller queue_capacity");
     }
     held += bytes;
   }
@@ -58,6 +60,12 @@ class ObservationLedger {
   std::uint64_t per_uid() const { return per_uid_; }
 
  private:
+  static std::string mib(std::uint64_t bytes) {  // one decimal: 1.5 MiB, not a rounded 2
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+    return text;
+  }
+
   const std::uint64_t per_uid_;
   mutable std::mutex mu_;
   std::map<uid_t, std::uint64_t> held_;  // GUARDED_BY(mu_); users holding nothing are absent

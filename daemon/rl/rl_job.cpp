@@ -40,7 +40,8 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
                                " steps per record");
     if (c.demos.sample) check_demos(probe, 1);
     // The slot must be a gaussian head taking this task's proprio state, one action per step.
-    policy_.with_slot([&](model::TenantSlot& slot) {
+    // Checked in both turns below: the tenant may register another head between them.
+    const auto check_head = [&](model::TenantSlot& slot) -> const model::HeadSpec& {
       const auto& h = slot.head().spec();
       if (h.kind != "gaussian" || h.chunk != 1 || h.action_dim != spec_.action_dim || h.state_dim != spec_.state_dim)
         throw std::runtime_error("RL on " + c.task + " needs a gaussian head with chunk 1, action_dim " +
@@ -49,6 +50,10 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
       // would need every step's tokens kept too.
       if (h.token_queries != 0)
         throw std::runtime_error("RL heads read the pooled feature only: register the gaussian head with token_queries 0");
+      return h;
+    };
+    policy_.with_slot([&](model::TenantSlot& slot) {
+      const auto& h = check_head(slot);
       // An adapter tenant's updates re-run the adapted backbone on the records' observations
       // (Rollout::images), which the job then holds in daemon memory: bounded here.
       if (h.adapter.rank > 0) {
@@ -70,9 +75,7 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
     // and before anything is published.
     if (progress_.observation_bytes > 0 && c.hold_observations) c.hold_observations(progress_.observation_bytes);
     policy_.with_slot([&](model::TenantSlot& slot) {
-      const auto& h = slot.head().spec();  // as checked in the turn above, unless re-registered since
-      if ((h.adapter.rank > 0) != keeps_observations() || h.kind != "gaussian" || h.action_dim != spec_.action_dim ||
-          h.state_dim != spec_.state_dim || h.token_queries != 0)
+      if ((check_head(slot).adapter.rank > 0) != keeps_observations())
         throw std::runtime_error("the tenant registered another head while its RL job started: start the job again");
       torch::manual_seed(c.seed);  // the value head's initialisation, under the executor's lock
       value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256);

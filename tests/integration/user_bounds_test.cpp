@@ -171,9 +171,13 @@ TEST_CASE("one Unix user's adapter RL jobs share a bound on the observations the
   CHECK(during["rl_observation_bytes_max"] == 2u << 20);
 
   nexus::ErrorCode code{};
+  const auto sessions_before = nexus::query_status(d.socket()).env_sessions;
   CHECK_THAT(refusal([&] { b->rl_start(job); }, &code), Catch::Contains("rl_observation_mib_per_uid"));
   CHECK(code == nexus::ErrorCode::QuotaExceeded);
-  CHECK(my_usage("usage-refused")["rl_observation_bytes"] == held);  // the refused start took nothing
+  // The refused start took nothing, left no session open and no job behind.
+  CHECK(my_usage("usage-refused")["rl_observation_bytes"] == held);
+  CHECK(nexus::query_status(d.socket()).env_sessions == sessions_before);
+  CHECK_THAT(refusal([&] { b->rl_status(); }), Catch::Contains("no RL job"));
   // A head-only tenant keeps pooled features only: the same job starts.
   CHECK(refusal([&] { h->rl_start(job); }).empty());
   CHECK(h->rl_status(/*stop=*/true).observation_bytes == 0);
@@ -191,11 +195,13 @@ TEST_CASE("one Unix user's adapter RL jobs share a bound on the observations the
   CHECK(theirs["state"] == "done");
   CHECK(theirs["observation_bytes"] == held);
 
-  // This user's job ends: its bytes come back once its records are freed, and b's job starts.
+  // This user stops a's job and starts b's at once, as the refusal advised: the stopped job's
+  // bytes are back before b's start asks (it frees the user's stopped runs first).
   a->rl_status(/*stop=*/true);
-  for (int i = 0; i < 300 && my_usage("usage-after")["rl_observation_bytes"] != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  CHECK(my_usage("usage-after")["rl_observation_bytes"] == 0);
   CHECK(refusal([&] { b->rl_start(job); }).empty());
+  CHECK(my_usage("usage-after")["rl_observation_bytes"] == held);  // b's alone
   CHECK(b->rl_status(/*stop=*/true).observation_bytes == held);
+  for (int i = 0; i < 300 && my_usage("usage-end")["rl_observation_bytes"] != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(my_usage("usage-end")["rl_observation_bytes"] == 0);  // and b's back once it is reaped
 }

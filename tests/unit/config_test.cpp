@@ -31,6 +31,7 @@ TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[con
   CHECK(c.dataset_bytes_per_tenant == defaults.dataset_bytes_per_tenant);
   CHECK(c.dataset_bytes_total == defaults.dataset_bytes_total);
   CHECK(c.jobs_running == defaults.jobs_running);
+  CHECK(c.rl_observation_bytes_per_uid == defaults.rl_observation_bytes_per_uid);
   CHECK(c.metrics_interval == defaults.metrics_interval);
   CHECK(c.tenants.empty());
   CHECK(c.devices == defaults.devices);
@@ -70,6 +71,7 @@ TEST_CASE("tenant weights, priorities and bounds come from the config, bad ones 
   std::ofstream(path) << "[tenants.alice]\nweight = 2.5\npriority = 1\n[tenants.bob]\nweight = 1\n"
                          "[model]\nversions_kept = 3\nidle_evict_s = 30\nmax_request_gflop = 12.5\n"
                          "[env]\nexternal_step_timeout_ms = 1500\nexternal_step_per_session_ms = 0\ndataset_mib_total = 100\n"
+                         "[jobs]\nrl_observation_mib_per_uid = 3\n"
                          "[metrics]\ntextfile = \"/tmp/n.prom\"\ninterval_s = 5\n";
   const auto c = load_config_file(path);
   CHECK(c.tenants.at("alice").weight == 2.5);
@@ -81,6 +83,7 @@ TEST_CASE("tenant weights, priorities and bounds come from the config, bad ones 
   CHECK(c.external_step_timeout.count() == 1500);
   CHECK(c.external_step_per_session.count() == 0);  // 0: the exchange's deadline is the step timeout alone
   CHECK(c.dataset_bytes_total == 100ull << 20);
+  CHECK(c.rl_observation_bytes_per_uid == 3ull << 20);
   CHECK(c.metrics_textfile == "/tmp/n.prom");
   CHECK(c.metrics_interval.count() == 5);
   std::ofstream(path) << "[tenants.alice]\nweight = 0\n";
@@ -91,6 +94,11 @@ TEST_CASE("tenant weights, priorities and bounds come from the config, bad ones 
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("env.external_step_timeout_ms"));
   std::ofstream(path) << "[env]\nexternal_step_per_session_ms = -5\n";
   CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("env.external_step_per_session_ms"));
+  // A size so large that MiB -> bytes would wrap (into a tiny or zero bound) is refused.
+  std::ofstream(path) << "[jobs]\nrl_observation_mib_per_uid = 17592186044416\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("jobs.rl_observation_mib_per_uid must be at most"));
+  std::ofstream(path) << "[model]\ncheckpoint_mib_per_uid = 0\n";
+  CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.checkpoint_mib_per_uid must be > 0"));
 }
 
 TEST_CASE("config values override defaults, bad ones are refused with the key named", "[config]") {

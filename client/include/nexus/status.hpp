@@ -39,7 +39,7 @@ struct ReplicaStatus {  // one backbone replica ([model] devices)
 };
 
 // One Unix user's use of what nexusd keeps per user, each against its bound ([daemon] and [model]
-// max_*_per_uid).
+// max_*_per_uid, [jobs] rl_observation_mib_per_uid).
 struct UserUsage {
   std::uint32_t uid = 0;
   std::uint64_t names = 0, names_max = 0;              // tenant names bound to the user
