@@ -297,7 +297,14 @@ TEST_CASE("a lab member's own rollout engine serves only that member's tenants, 
   const auto hers = as(*alice, "alices-job");
   INFO(hers.dump());
   CHECK(hers["engine_steps"]["alices"].get<int>() > 0);
-  CHECK(engine_named(daemon, "alices")->steps == hers["engine_steps"]["alices"].get<std::uint64_t>());
+  // Every step the job counted ran on her engine. The engine may have done one step more of each
+  // of the job's 4 sessions: the rollout loop's exchange in flight when the job reached its last
+  // iteration, which the status rl_tenant read as the job ended did not count yet (the loop sees
+  // the stop after it; seen under load: 83 against 80).
+  const auto engine_steps = engine_named(daemon, "alices")->steps;
+  const auto job_steps = hers["engine_steps"]["alices"].get<std::uint64_t>();
+  CHECK(engine_steps >= job_steps);
+  CHECK(engine_steps <= job_steps + 4);
 
   // One user's own engines are bounded (4 by default): the fifth is refused, saying why.
   std::vector<pid_t> more;
