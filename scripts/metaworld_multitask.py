@@ -110,7 +110,7 @@ def contact_sheet(tasks, path, frames=4):
         axes[row][0].set_title(f'"{env.instruction}"', fontsize=8, loc="left")
         env.close()
     fig.suptitle("the expert in each task (corner camera, 64 px), with its instruction", fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))  # room for the title above the first row's
     fig.savefig(path, dpi=110)
 
 
