@@ -88,10 +88,13 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
   test::TempDir dir;
   {
     std::ofstream turns(dir.path + "/turns.toml");
-    if (o.turn_ms >= 0) turns << "[model]\nmax_training_turn_ms = " << o.turn_ms << "\n";
+    turns << "[model]\n";
+    if (o.turn_ms >= 0) turns << "max_training_turn_ms = " << o.turn_ms << "\n";
+    if (o.training_lanes >= 0) turns << "training_lanes = " << o.training_lanes << "\n";
     turns << "[tenants.small-heavy]\nweight = 2\n[tenants.big-heavy]\nweight = 2\n";
   }
-  std::ofstream(dir.path + "/whole.toml") << "[model]\nmax_training_turn_ms = 0\n";
+  // The baseline: one training lane whose steps stay whole, whatever the others have.
+  std::ofstream(dir.path + "/whole.toml") << "[model]\nmax_training_turn_ms = 0\ntraining_lanes = 1\n";
   auto phase = [&](const char* what, double seconds) {
     std::fprintf(stderr, "[fairness] %s, %.0f s ...\n", what, seconds);
   };
@@ -137,6 +140,7 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
   j["turns_big_weighted_big_fraction"] = heavy_big_share / (heavy_big_share + light_small_share);  // 2/3
   j["turns_total_shared_sps"] = total;
   j["turns_longest_turn_ms"] = turn_ms;
+  j["training_lanes"] = o.training_lanes;  // < 0: nexusd's default
   j["whole_big_alone_sps"] = whole_big_alone;
   j["whole_big_share"] = whole.at("big") / whole_big_alone, j["whole_small_share"] = whole.at("small") / small_alone;
   j["whole_total_shared_sps"] = whole_total;
@@ -158,7 +162,11 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
 
 int run_fairness(const FairnessOptions& o) {
   test::TempDir dir;
-  std::ofstream(dir.path + "/nexusd.toml") << "[tenants.light]\nweight = 1\n[tenants.heavy]\nweight = 2\n";
+  {
+    std::ofstream config(dir.path + "/nexusd.toml");
+    if (o.training_lanes >= 0) config << "[model]\ntraining_lanes = " << o.training_lanes << "\n";
+    config << "[tenants.light]\nweight = 1\n[tenants.heavy]\nweight = 2\n";
+  }
   test::Daemon daemon({"--log-level", "warn", "-c", dir.path + "/nexusd.toml"}, o.nexusd);
   nlohmann::json j;
 

@@ -91,9 +91,9 @@ int main(int argc, char** argv) {
                            "mix: executor lanes serving inference, on every daemon of the run (default: nexusd's)")
       ->check(CLI::Range(1, 8));
   workload_cmd->add_option("--training-lanes", workload.training_lanes,
-                           "mix: 0 (training on the first inference lane) or 1, on every daemon of the run "
+                           "mix: 0 (training on the first inference lane) to 4, on every daemon of the run "
                            "(default: nexusd's)")
-      ->check(CLI::Range(0, 1));
+      ->check(CLI::Range(0, 4));
   workload_cmd->add_option("--torch-threads", workload.torch_threads,
                            "mix: LibTorch intra-op threads per pass on every daemon of the run (0: one per core; "
                            "default: nexusd's)")
@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
                            "batch 128 vs batch 4, closed loops: the shared phase (alone phases: --seconds)");
   fairness_cmd->add_option("--turn-ms", fairness.turn_ms,
                            "the small-batch scenario's [model] max_training_turn_ms (default: nexusd's)");
+  fairness_cmd->add_option("--training-lanes", fairness.training_lanes,
+                           "[model] training_lanes of every daemon but the steps-kept-whole one, which keeps 1 "
+                           "(default: nexusd's)")
+      ->check(CLI::Range(0, 4));
   fairness_cmd->add_flag("--json", fairness.json, "last line: one JSON object of figures");
 #endif
   CLI11_PARSE(app, argc, argv);

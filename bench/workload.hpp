@@ -37,6 +37,7 @@ struct FairnessOptions {
   double seconds = 15;      // each measured phase
   double shared_seconds = 40;  // the small-batch scenario's shared phase (its alone phases: `seconds`)
   double turn_ms = -1;         // its [model] max_training_turn_ms (< 0: the daemon's default)
+  int training_lanes = -1;     // [model] training_lanes (< 0: the daemon's default; whole steps: 1)
   bool json = false;
   std::string nexusd, sft_tenant;
 };

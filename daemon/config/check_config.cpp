@@ -46,7 +46,8 @@ int check_config(const DaemonConfig& c, const std::string& source) {
     std::printf("  lanes    1 per replica, a turn at a time (deterministic mode keeps one)\n");
   else
     std::printf("  lanes    %u inference, %s per replica (their turns run side by side)\n", c.inference_lanes,
-                c.training_lanes ? "1 training" : "training on the first inference lane");
+                c.training_lanes ? (std::to_string(c.training_lanes) + " training").c_str()
+                                 : "training on the first inference lane");
   std::printf("           training turns of at most %.0f ms%s\n", c.max_training_turn_ms,
               c.max_training_turn_ms > 0 && !c.deterministic ? " (bigger steps run as micro-batches)" : " (steps never split)");
   std::printf("           per user: %u names, %u slots, %u checkpoints (%llu MiB), %llu MiB of RL observations; jobs: %u per tenant, %u in all\n",

@@ -144,8 +144,8 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
   c.inference_lanes = static_cast<std::uint32_t>(r.positive("model", "inference_lanes", c.inference_lanes));
   if (c.inference_lanes > 8) r.fail("model", "inference_lanes", "must be 1 to 8");
   c.training_lanes = static_cast<std::uint32_t>(r.non_negative("model", "training_lanes", c.training_lanes));
-  if (c.training_lanes > 1)
-    r.fail("model", "training_lanes", "must be 0 (training shares the first inference lane) or 1 (a lane of its own)");
+  if (c.training_lanes > 4)
+    r.fail("model", "training_lanes", "must be 0 (training shares the first inference lane) to 4");
   c.torch_threads = static_cast<std::uint32_t>(r.non_negative("model", "torch_threads", c.torch_threads));
   if (c.torch_threads > 1024) r.fail("model", "torch_threads", "must be at most 1024 (0: one per core)");
   if (c.min_training_share >= 1) r.fail("model", "min_training_share", "must be below 1");

@@ -58,7 +58,7 @@ struct DaemonConfig {
   double group_window_ms = 20;                  // training: who joins the fair-share leader's group
   double min_training_share = 0.3;              // training's floor of the executor when inference saturates it
   std::uint32_t inference_lanes = 2;            // executor lanes per replica serving inference
-  std::uint32_t training_lanes = 1;             // and training (0: the first inference lane serves both)
+  std::uint32_t training_lanes = 2;             // and training (0: the first inference lane serves both)
   std::uint32_t torch_threads = 0;              // LibTorch's intra-op threads per pass (0: one per core)
   double max_training_turn_ms = 20;             // a bigger SFT step runs as micro-batches (0: never split)
   double max_request_gflop = 2000;              // per-request cost budget

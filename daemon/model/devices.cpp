@@ -40,6 +40,13 @@ std::vector<torch::Device> resolve_devices(const std::vector<std::string>& names
   return out;
 }
 
+std::unique_lock<std::mutex> seed_global_generator(std::uint64_t seed) {
+  static std::mutex mu;
+  std::unique_lock lock(mu);
+  torch::manual_seed(seed);
+  return lock;
+}
+
 at::Generator seeded_generator(const torch::Device& device, std::uint64_t seed) {
   // A clone of the device's default generator is a generator of the device's own kind, without
   // naming CUDA's types here; reseeding resets everything the clone copied.

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,13 @@ std::vector<torch::Device> resolve_devices(const std::vector<std::string>& names
 // A generator of `device` seeded with `seed`: a CPU one is exactly
 // at::make_generator<at::CPUGeneratorImpl>(seed); a CUDA one is that device's (Philox) kind.
 at::Generator seeded_generator(const torch::Device& device, std::uint64_t seed);
+
+// LibTorch's global CPU generator, seeded with `seed`, held by the caller until the lock goes.
+// Module initialisations draw from it (a head's, an adapter's, an RL job's value head): they are
+// a function of their seed only while nothing else seeds or draws from it meanwhile, and turns
+// on several executor lanes (two training lanes register tenants and start jobs side by side)
+// would otherwise interleave their draws. Every such initialisation takes this lock.
+[[nodiscard]] std::unique_lock<std::mutex> seed_global_generator(std::uint64_t seed);
 
 // The host copy of a result (the one device-to-host copy a reply needs). On the CPU a tensor
 // that may be a view of the group's batch is cloned, so it outlives the batch either way.

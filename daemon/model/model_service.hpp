@@ -170,11 +170,11 @@ struct ModelConfig {
   // other tenants' turns between them (0: steps stay whole; so does deterministic mode).
   double max_training_turn_s = 0.020;
   // Executor lanes per replica (service.md, "Executor lanes"): threads that serve the Inference
-  // Queue, and 0 or 1 that serves the Training Queue (0: the first inference lane serves both, a
-  // turn at a time). Deterministic mode keeps one lane for both (bitwise results need one fixed
+  // Queue, and 0 to 4 that serve the Training Queue (0: the first inference lane serves both, a
+  // turn at a time; several: WorkQueues' rules for turns side by side). Deterministic mode keeps one lane for both (bitwise results need one fixed
   // order of work).
   int inference_lanes = 2;
-  int training_lanes = 1;
+  int training_lanes = 2;
   int torch_threads = 0;                 // 0: all cores
   std::string state_dir = "/var/lib/nexus";  // checkpoints: <state_dir>/tenants/<uid>/<tenant>/ (0700)
   bool deterministic = false;            // one backbone pass per request (bitwise per-tenant results)

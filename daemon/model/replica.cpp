@@ -94,14 +94,19 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
   registry_ = std::make_unique<SlotRegistry>(config, bc, device_, quotas, dynamic_cast<AdaptableBackbone*>(backbone_.get()) != nullptr);
   // Deterministic mode keeps one lane: bitwise results need one fixed order of work.
   const auto inference_lanes = config.deterministic ? 1 : static_cast<std::size_t>(std::max(1, config.inference_lanes));
-  const bool training_lane = !config.deterministic && config.training_lanes > 0;
-  const std::size_t lanes = inference_lanes + (training_lane ? 1 : 0);
+  const std::size_t training_lanes = config.deterministic ? 0 : static_cast<std::size_t>(std::max(0, config.training_lanes));
+  const bool training_lane = training_lanes > 0;
+  const std::size_t lanes = inference_lanes + training_lanes;
+  {
+    MutexLock lk(mu_);
+    queues_.set_concurrent_training(training_lanes > 1);
+  }
   stats_.lanes.resize(lanes);
   for (std::size_t i = 0; i < lanes; ++i) {
     auto lane = std::make_unique<Lane>();
     lane->index = i;
     using S = WorkQueues::Serves;
-    lane->serves = i == inference_lanes ? S::Training : i == 0 && !training_lane ? S::Both : S::Inference;
+    lane->serves = i >= inference_lanes ? S::Training : i == 0 && !training_lane ? S::Both : S::Inference;
     stats_.lanes[i].serves = lane->serves == S::Both ? "both" : lane->serves == S::Inference ? "inference" : "training";
     lane->executor = std::make_unique<GroupExecutor>(GroupExecutorParts{
         .backbone = *backbone_,
@@ -127,12 +132,13 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
   }
   log_text(LogLevel::Info, "executor_lanes",
            "device=" + device_name_ + " inference=" + std::to_string(inference_lanes) +
-               " training=" + (training_lane ? "1" : "0(on_the_first)"));
+               " training=" + (training_lane ? std::to_string(training_lanes) : "0(on_the_first)"));
   // Role names: lane 0 keeps the replica's (what `nexusctl status` has always called its
-  // executor), then "<it>.inference1", ..., and "<it>.training".
+  // executor), then "<it>.inference1", ..., "<it>.training", "<it>.training2", ...
   for (std::size_t i = 0; i < lanes; ++i)
     start_lane(*lanes_[i], i == 0                ? role_name
                            : i == inference_lanes ? role_name + ".training"
+                           : i > inference_lanes  ? role_name + ".training" + std::to_string(i - inference_lanes + 1)
                                                   : role_name + ".inference" + std::to_string(i));
 }
 

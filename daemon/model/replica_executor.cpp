@@ -76,6 +76,22 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
   // The slots this turn touches are its own until it ends (the other lane's turns wait for them).
   std::vector<std::string> tenants;
   for (const auto& w : turn.works) tenants.push_back(tenant_of(w));
+  // A training turn's tenants are marked running from its pick (WorkQueues::next) until this
+  // ends, or throws (else they would never train again); destroyed after the turn's charge.
+  struct Unmark {
+    Replica& replica;
+    std::vector<std::uint64_t> tenants;
+    ~Unmark() {
+      if (tenants.empty()) return;
+      {
+        MutexLock lk(replica.mu_);
+        replica.queues_.training_done(tenants);
+      }
+      replica.cv_.notify_all();  // another training lane may take their work now
+    }
+  } unmark{*this, {}};
+  if (!turn.inference)
+    for (const auto& t : tenants) unmark.tenants.push_back(tenant_id(t));
   const auto asked = sched::Clock::now();
   const auto lease = registry_->lease(tenants);
   const double lease_s = std::chrono::duration<double>(sched::Clock::now() - asked).count();

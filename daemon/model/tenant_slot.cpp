@@ -17,9 +17,7 @@ TenantSlot::TenantSlot(const HeadSpec& spec, const OptimizerConfig& opt, std::in
       inference_rng_(seeded_generator(device, seed ^ 0x9E3779B97F4A7C15ull)) {
   {
     // Head initialisation draws from the global generator: make it a function of the seed.
-    static std::mutex init_mu;
-    std::lock_guard lock(init_mu);
-    torch::manual_seed(seed);
+    const auto lock = seed_global_generator(seed);
     head_ = make_head(spec, feature_dim);
   }
   head_->to(device_);

@@ -16,6 +16,8 @@ void WorkQueues::push(Work w, sched::FairShare& share, bool returning) {
     const auto id = tenant_id(tenant_of(w));
     std::set<std::uint64_t> backlogged;
     for (const auto& q : training_) backlogged.insert(tenant_id(tenant_of(q)));
+    // With several training lanes a tenant being served is not queued but has work all the same.
+    if (concurrent_training_) backlogged.insert(running_training_.begin(), running_training_.end());
     if (!backlogged.count(id)) share.backlogged(id, backlogged);
   }
   training_.push_back(std::move(w));
@@ -29,6 +31,22 @@ std::vector<Work> WorkQueues::take(std::deque<Work>& q, const std::vector<std::s
   std::sort(erase.begin(), erase.end(), std::greater<>());
   for (auto i : erase) q.erase(q.begin() + static_cast<long>(i));
   return out;
+}
+
+bool WorkQueues::may_start_beside_running(std::uint64_t tenant, const sched::FairShare& share, double window_s) const {
+  const auto& shares = share.shares();
+  auto of = [&](std::uint64_t id) {
+    auto it = shares.find(id);
+    return it == shares.end() ? sched::TenantShare{} : it->second;
+  };
+  const auto c = of(tenant);
+  for (auto id : running_training_) {
+    const auto r = of(id);
+    // A lower class waits for a higher one, as it would on one lane; within a class, the tenant
+    // ahead waits (else two backlogged tenants would each hold a lane and weights would not count).
+    if (c.priority < r.priority || (c.priority == r.priority && c.virtual_s > r.virtual_s + window_s)) return false;
+  }
+  return true;
 }
 
 std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sched::BatchPolicy& batch,
@@ -53,16 +71,27 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
       const auto& w = training_[i];
       const auto id = tenant_id(tenant_of(w));
       if (chained.count(id) && !std::holds_alternative<MicroWork>(w)) continue;
+      // Its turn is under way on another training lane, or it may not start beside those that are.
+      if (concurrent_training_ &&
+          (running_training_.count(id) || !may_start_beside_running(id, share, training.group_window_s)))
+        continue;
       const bool continuation = std::holds_alternative<MicroWork>(w);
       views.push_back({id, key_of(w), samples_of(w), is_batchable(w), arrival_of(w), continuation});
       position.push_back(i);
     }
     if (views.empty()) return std::nullopt;
-    const auto d = sched::pick_training(views, share.shares(), active_training, now, training);
+    // With several training lanes, a turn never waits for a tenant that is away (between its
+    // steps) to come or join: when it comes another lane serves it. (One lane waits up to T, so a
+    // closed loop that is behind is not passed over: pick_training's rule 1b.)
+    static const std::set<std::uint64_t> kNone;
+    const auto d = sched::pick_training(views, share.shares(), concurrent_training_ ? kNone : active_training, now, training);
     if (!d.take.empty()) {
       std::vector<std::size_t> take_at;
       for (auto i : d.take) take_at.push_back(position[i]);
-      return Turn{take(training_, take_at), false};
+      Turn turn{take(training_, take_at), false};
+      if (concurrent_training_)  // (one lane never picks while its own turn runs)
+        for (const auto& w : turn.works) running_training_.insert(tenant_id(tenant_of(w)));
+      return turn;
     }
     wait = std::min(wait, d.wait);
     return std::nullopt;

@@ -9,6 +9,11 @@
 // exception keeps saturated inference from starving training: while training's share of the
 // executor's recent time is below its floor (`training_owed`), a training turn goes first.
 // That is for a lane that serves both queues; a replica's other lanes serve one (`Serves`).
+// Several training lanes (`concurrent_training`): a training turn is marked running from its
+// pick to `training_done`; a running tenant's other work waits (its turns never overlap, nor
+// overtake each other), and a turn starts beside running ones only for a tenant that is not
+// ahead of any of them in virtual time (weights hold: the tenant ahead waits, as it would for
+// one lane; the one behind need not wait for a turn it is owed).
 //
 // Thread safety: none; the model service's queue lock guards every call.
 #pragma once
@@ -60,12 +65,23 @@ class WorkQueues {
   void training_tenants(std::set<std::uint64_t>& into) const {
     for (const auto& w : training_) into.insert(tenant_id(tenant_of(w)));
   }
+  // Several training lanes take turns at once (set once, before any lane starts).
+  void set_concurrent_training(bool on) { concurrent_training_ = on; }
+  // The training turn of these tenants (tenant_id) has ended, or failed: their work may go again.
+  void training_done(const std::vector<std::uint64_t>& tenants) {
+    for (auto id : tenants) running_training_.erase(id);
+  }
+  bool training_running(std::uint64_t tenant) const { return running_training_.count(tenant) != 0; }
   // Takes everything (the service is stopping: the caller fails it all).
   std::vector<Work> drain();
 
  private:
   static std::vector<Work> take(std::deque<Work>& q, const std::vector<std::size_t>& indices);
+  // A tenant `share` lets start beside the turns running now (all of them, for one lane).
+  bool may_start_beside_running(std::uint64_t tenant, const sched::FairShare& share, double window_s) const;
   std::deque<Work> inference_, training_;
+  std::set<std::uint64_t> running_training_;  // tenants of the training turns under way
+  bool concurrent_training_ = false;
 };
 
 }  // namespace nexus::model::detail

@@ -3,9 +3,12 @@
 #include <chrono>
 #include <optional>
 
+#include "daemon/model/devices.hpp"
+
 namespace nexus::rl {
 
-ValueHeadImpl::ValueHeadImpl(std::int64_t feature_dim, std::int64_t state_dim, std::int64_t hidden) {
+ValueHeadImpl::ValueHeadImpl(std::int64_t feature_dim, std::int64_t state_dim, std::int64_t hidden, std::uint64_t seed) {
+  const auto lock = model::seed_global_generator(seed);
   net_ = register_module("net", torch::nn::Sequential(torch::nn::Linear(feature_dim + state_dim, hidden),
                                                       torch::nn::GELU(), torch::nn::Linear(hidden, hidden),
                                                       torch::nn::GELU(), torch::nn::Linear(hidden, 1)));

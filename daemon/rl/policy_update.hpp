@@ -29,10 +29,11 @@ struct UpdateConfig {
   double value_lr = 1e-3;
 };
 
-// V(pooled, state): the PPO critic, one per RL tenant, never shared.
+// V(pooled, state): the PPO critic, one per RL tenant, never shared. Its initialisation is a
+// function of `seed` (drawn under model::seed_global_generator's lock, whatever other lanes do).
 class ValueHeadImpl : public torch::nn::Module {
  public:
-  ValueHeadImpl(std::int64_t feature_dim, std::int64_t state_dim, std::int64_t hidden);
+  ValueHeadImpl(std::int64_t feature_dim, std::int64_t state_dim, std::int64_t hidden, std::uint64_t seed);
   torch::Tensor forward(const torch::Tensor& pooled, const torch::Tensor& state);  // [..]
 
  private:

@@ -77,8 +77,7 @@ RlJob::RlJob(std::string tenant, RlConfig config, PolicyPort& policy, env::EnvSe
     policy_.with_slot([&](model::TenantSlot& slot) {
       if ((check_head(slot).adapter.rank > 0) != keeps_observations())
         throw std::runtime_error("the tenant registered another head while its RL job started: start the job again");
-      torch::manual_seed(c.seed);  // the value head's initialisation, under the executor's lock
-      value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256);
+      value_ = ValueHead(policy_.feature_dim(), spec_.state_dim, 256, c.seed);
       value_opt_ = std::make_unique<torch::optim::AdamW>(value_->parameters(), torch::optim::AdamWOptions(c.update.value_lr));
       progress_.first_version = progress_.version = slot.publish();  // the starting policy
     });

@@ -68,6 +68,17 @@ std::vector<std::string> flags(const std::string& dir, const std::string& model_
           dir + "/nexusd.toml"};
 }
 
+std::unique_ptr<nexus::Client> attach(const Daemon& d, const std::string& tenant) {
+  return nexus::Client::attach({.socket_path = d.socket(), .tenant = tenant, .timeout = std::chrono::seconds(300)});
+}
+
+// A small head; one step moves its predictions clearly.
+nexus::TenantSpec small_head() {
+  nexus::TenantSpec spec{.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 64}, .seed = 5};
+  spec.optimizer.lr = 1e-2;
+  return spec;
+}
+
 }  // namespace
 
 TEST_CASE("with executor lanes a tenant's prediction comes back while another tenant's whole step trains or its long "
@@ -76,13 +87,9 @@ TEST_CASE("with executor lanes a tenant's prediction comes back while another te
   TempDir dir;
   // Steps stay whole (no turn budget): the big step is one long training turn.
   Daemon d(flags(dir.path, "inference_lanes = 2\ntraining_lanes = 1\nmax_training_turn_ms = 0\n"));
-  auto opts = [&](const std::string& t) {
-    return nexus::ClientOptions{.socket_path = d.socket(), .tenant = t, .timeout = std::chrono::seconds(300)};
-  };
-  nexus::TenantSpec spec{.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 64}, .seed = 5};
-  spec.optimizer.lr = 1e-2;  // one step moves the head's predictions clearly
-  auto big = nexus::Client::attach(opts("big"));
-  auto small = nexus::Client::attach(opts("small"));
+  const auto spec = small_head();
+  auto big = attach(d, "big");
+  auto small = attach(d, "small");
   const auto bb = big->register_tenant(spec);
   small->register_tenant(spec);
   const auto probe_big = make_batch(*big, bb, 4, 1), probe_small = make_batch(*small, bb, 4, 1);
@@ -135,4 +142,51 @@ TEST_CASE("deterministic mode keeps one executor lane when two are configured", 
   const auto metrics = nexus::query_metrics(d.socket());
   CHECK_THAT(metrics, Catch::Contains("lane=\"0\",serves=\"both\""));
   CHECK_THAT(metrics, !Catch::Contains("lane=\"1\""));
+}
+
+TEST_CASE("with two training lanes a tenant's step runs beside another's long step unless it is ahead in virtual "
+          "time",
+          "[integration][model][lanes]") {
+  TempDir dir;
+  // Steps stay whole (no turn budget): a 1024-sample step is one long training turn.
+  Daemon d(flags(dir.path, "inference_lanes = 1\ntraining_lanes = 2\nmax_training_turn_ms = 0\n"));
+  const auto spec = small_head();
+  auto first = attach(d, "first");
+  auto second = attach(d, "second");
+  const auto bb = first->register_tenant(spec);
+  second->register_tenant(spec);
+  const auto long_first = make_batch(*first, bb, 1024, 2), short_first = make_batch(*first, bb, 4, 3);
+  const auto long_second = make_batch(*second, bb, 1024, 4), short_second = make_batch(*second, bb, 4, 5);
+
+  // Neither has trained: the second's short step starts on the other lane, beside the first's
+  // long one, and comes back before it.
+  auto sent = requests_of(nexus::query_status(d.socket()), "first");
+  std::atomic<Clock::time_point> long_done{};
+  std::thread trainer([&] {
+    first->sft_step(long_first.obs(), long_first.actions);
+    long_done = Clock::now();
+  });
+  wait_until_running(d, "first", sent, /*inference=*/false);
+  second->sft_step(short_second.obs(), short_second.actions);
+  const auto short_done = Clock::now();
+  trainer.join();
+  CHECK(short_done < long_done.load());
+
+  // Now the first is far ahead (a whole long step charged against a short one): while the
+  // second's long step runs, the first's short step waits for it (weights hold across lanes).
+  sent = requests_of(nexus::query_status(d.socket()), "second");
+  long_done = Clock::time_point{};
+  std::thread second_trainer([&] {
+    second->sft_step(long_second.obs(), long_second.actions);
+    long_done = Clock::now();
+  });
+  wait_until_running(d, "second", sent, /*inference=*/false);
+  first->sft_step(short_first.obs(), short_first.actions);
+  const auto waited_done = Clock::now();
+  second_trainer.join();
+  CHECK(waited_done > long_done.load());
+
+  const auto metrics = nexus::query_metrics(d.socket());
+  CHECK_THAT(metrics, Catch::Contains("lane=\"1\",serves=\"training\"") &&
+                          Catch::Contains("lane=\"2\",serves=\"training\""));
 }

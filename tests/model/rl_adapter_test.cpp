@@ -105,7 +105,7 @@ TEST_CASE("an adapter tenant's PPO and GRPO updates re-run the adapted backbone:
   const auto backbone_before = backbone_sum(*fx.backbone);
   const auto adapter_before = adapter_parameters(*fx.slot);
   REQUIRE(!adapter_before.empty());
-  rl::ValueHead value(kTiny.dim, 4, 32);
+  rl::ValueHead value(kTiny.dim, 4, 32, /*seed=*/1);
   torch::optim::AdamW value_opt(value->parameters(), torch::optim::AdamWOptions(1e-3));
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   // One minibatch of the whole record: the re-run features are the acting ones (up to rounding), so

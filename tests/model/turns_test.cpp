@@ -6,8 +6,13 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <thread>
+
+#include "daemon/model/devices.hpp"
 #include "daemon/model/tenant_slot.hpp"
 #include "daemon/model/work_queues.hpp"
+#include "daemon/rl/policy_update.hpp"
 
 using namespace nexus;
 
@@ -140,4 +145,77 @@ TEST_CASE("the Training Queue serves another tenant between a big step's micro-b
   REQUIRE(turn);
   CHECK(tenant_of(turn->works.front()) == "big");
   CHECK(std::holds_alternative<TenantWork>(turn->works.front()));
+}
+
+TEST_CASE("with several training lanes a tenant's turns never overlap and the tenant ahead in virtual time waits",
+          "[model][turns][sched][lanes]") {
+  using namespace model::detail;
+  sched::FairShare share;
+  WorkQueues q;
+  q.set_concurrent_training(true);
+  const auto t0 = sched::Clock::time_point{} + std::chrono::seconds(100);
+  auto step = [&](const std::string& tenant) {
+    model::Request r;
+    r.tenant = tenant;
+    model::op::SftStep s;
+    s.obs.images.shape = {4, 1, 8, 8, 3};
+    r.op = s;
+    r.arrival = t0;
+    return Work{TenantWork{std::move(r)}};
+  };
+  const sched::BatchPolicy batch{64, std::chrono::microseconds(2000)};
+  const sched::TrainingPolicy training{batch, 0.02};
+  std::chrono::microseconds wait{};
+  const std::set<std::uint64_t> active = {tenant_id("a"), tenant_id("b")};
+  auto next = [&] { return q.next(t0, batch, training, 0, active, share, false, wait, WorkQueues::Serves::Training); };
+  auto only = [](const std::optional<WorkQueues::Turn>& t) { return t && t->works.size() == 1 ? tenant_of(t->works[0]) : ""; };
+  share.charge(tenant_id("a"), 0.05);
+  // a's step goes on one lane (b is away: with lanes to spare nobody is waited for).
+  q.push(step("a"), share, false);
+  CHECK(only(next()) == "a");
+  // b is behind a: its step starts beside a's on another lane.
+  q.push(step("b"), share, false);
+  CHECK(only(next()) == "b");
+  CHECK(q.training_running(tenant_id("a")));
+  CHECK(q.training_running(tenant_id("b")));
+  // Neither tenant's next step starts while its last one runs.
+  q.push(step("b"), share, false);
+  q.push(step("a"), share, false);
+  CHECK_FALSE(next());
+  // b's turn ends, charged past a: ahead of a, whose turn still runs, b waits ...
+  share.charge(tenant_id("b"), 0.3);
+  q.training_done({tenant_id("b")});
+  CHECK_FALSE(q.training_running(tenant_id("b")));
+  CHECK_FALSE(next());
+  // ... until a's ends: then a (now behind) leads, and b still waits beside it.
+  share.charge(tenant_id("a"), 0.1);
+  q.training_done({tenant_id("a")});
+  CHECK(only(next()) == "a");
+  CHECK_FALSE(next());
+  q.training_done({tenant_id("a")});
+  CHECK(only(next()) == "b");
+}
+
+TEST_CASE("heads made on several lanes at once are the ones their seeds give", "[model][turns][lanes]") {
+  // Two training lanes register tenants and start RL jobs side by side; both initialise modules
+  // from LibTorch's global generator (model::seed_global_generator). Without the lock, one
+  // thread's seeding lands between another's seeding and its draws.
+  const model::HeadSpec spec{.kind = "mlp_chunk", .action_dim = 2, .chunk = 2, .hidden = 64};
+  auto parameters = [&](std::uint64_t seed) { return model::TenantSlot(spec, {}, 48, seed).digest().parameters; };
+  const auto five = parameters(5), seven = parameters(7);
+  const auto value = rl::ValueHead(48, 0, 64, 99)->parameters();
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> lanes;
+  for (int t = 0; t < 3; ++t)
+    lanes.emplace_back([&, t] {
+      for (int i = 0; i < 40; ++i) {
+        if (t == 2) {  // an RL job's value head
+          if (!torch::equal(rl::ValueHead(48, 0, 64, 99)->parameters()[0], value[0])) ++wrong;
+          continue;
+        }
+        if (parameters(t == 0 ? 5 : 7) != (t == 0 ? five : seven)) ++wrong;
+      }
+    });
+  for (auto& l : lanes) l.join();
+  CHECK(wrong == 0);
 }

@@ -129,7 +129,9 @@ TEST_CASE("config values override defaults, bad ones are refused with the key na
     std::ofstream(path) << "[model]\ninference_lanes = " << bad << "\n";
     CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.inference_lanes"));
   }
-  for (const char* bad : {"2", "-1", "\"one\""}) {
+  std::ofstream(path) << "[model]\ntraining_lanes = 2\n";
+  CHECK(load_config_file(path).training_lanes == 2);
+  for (const char* bad : {"5", "-1", "\"one\""}) {
     std::ofstream(path) << "[model]\ntraining_lanes = " << bad << "\n";
     CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.training_lanes"));
   }
