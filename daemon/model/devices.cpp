@@ -40,9 +40,13 @@ std::vector<torch::Device> resolve_devices(const std::vector<std::string>& names
   return out;
 }
 
-std::unique_lock<std::mutex> seed_global_generator(std::uint64_t seed) {
+std::unique_lock<std::mutex> lock_global_generator() {
   static std::mutex mu;
-  std::unique_lock lock(mu);
+  return std::unique_lock(mu);
+}
+
+std::unique_lock<std::mutex> seed_global_generator(std::uint64_t seed) {
+  auto lock = lock_global_generator();
   torch::manual_seed(seed);
   return lock;
 }

@@ -28,6 +28,11 @@ at::Generator seeded_generator(const torch::Device& device, std::uint64_t seed);
 // on several executor lanes (two training lanes register tenants and start jobs side by side)
 // would otherwise interleave their draws. Every such initialisation takes this lock.
 [[nodiscard]] std::unique_lock<std::mutex> seed_global_generator(std::uint64_t seed);
+// The same lock without seeding: for modules made only to be overwritten (a published version's
+// copy of a head, a checkpoint's versions), whose draws would otherwise land between another
+// thread's seeding and its draws. (The backbone's own initialisation runs once per replica,
+// before its lanes start, under its own lock.)
+[[nodiscard]] std::unique_lock<std::mutex> lock_global_generator();
 
 // The host copy of a result (the one device-to-host copy a reply needs). On the CPU a tensor
 // that may be a view of the group's batch is cloned, so it outlives the batch either way.

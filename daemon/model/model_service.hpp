@@ -229,7 +229,8 @@ class ModelService {
  public:
   // Loads one backbone per device (throws std::runtime_error, also for a device that cannot run)
   // and starts each replica's executor lanes, each a role of `health` (optional): "executor", or
-  // "executor.N" with several replicas, and ".inferenceK" / ".training" after it for its other lanes.
+  // "executor.N" with several replicas, and ".inferenceK" / ".training" / ".trainingK" after it for
+  // its other lanes.
   ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
                daemon::HealthManager* health = nullptr);
   // Stops the executors (the turn in progress finishes; queued work is answered "nexusd is

@@ -41,6 +41,21 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
   auto next_evict = sched::Clock::now();
   for (;;) {
     std::optional<WorkQueues::Turn> turn;
+    // With several training lanes a training turn's tenants are marked running from its pick
+    // (WorkQueues::next) until this goes, after execute (and so after the turn's charge), also
+    // when the turn throws: else they would never train again.
+    struct Unmark {
+      Replica& replica;
+      std::vector<std::uint64_t> tenants;
+      ~Unmark() {
+        if (tenants.empty()) return;
+        {
+          MutexLock lk(replica.mu_);
+          replica.queues_.training_done(tenants);
+        }
+        replica.cv_.notify_all();  // another training lane may take their work now
+      }
+    } unmark{*this, {}};
     {
       MutexLock lk(mu_);
       if (stop_ || (lane.role && !lane.role->current(generation))) return;
@@ -56,6 +71,8 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
         const bool owed = busy_train_ < config_.min_training_share * (busy_train_ + busy_infer_);
         turn = queues_.next(now, config_.batch, training, attached_.size(), active, share_, owed, until, lane.serves);
         wait = std::min(wait, until);
+        if (turn && !turn->inference && queues_.concurrent_training())
+          for (const auto& w : turn->works) unmark.tenants.push_back(tenant_id(tenant_of(w)));
       }
       if (!turn) cv_.wait_for(lk.native(), wait);
     }
@@ -76,22 +93,6 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
   // The slots this turn touches are its own until it ends (the other lane's turns wait for them).
   std::vector<std::string> tenants;
   for (const auto& w : turn.works) tenants.push_back(tenant_of(w));
-  // A training turn's tenants are marked running from its pick (WorkQueues::next) until this
-  // ends, or throws (else they would never train again); destroyed after the turn's charge.
-  struct Unmark {
-    Replica& replica;
-    std::vector<std::uint64_t> tenants;
-    ~Unmark() {
-      if (tenants.empty()) return;
-      {
-        MutexLock lk(replica.mu_);
-        replica.queues_.training_done(tenants);
-      }
-      replica.cv_.notify_all();  // another training lane may take their work now
-    }
-  } unmark{*this, {}};
-  if (!turn.inference)
-    for (const auto& t : tenants) unmark.tenants.push_back(tenant_id(t));
   const auto asked = sched::Clock::now();
   const auto lease = registry_->lease(tenants);
   const double lease_s = std::chrono::duration<double>(sched::Clock::now() - asked).count();
@@ -161,8 +162,9 @@ std::set<std::uint64_t> Replica::training_active(sched::Clock::time_point now) c
   std::set<std::uint64_t> active;
   for (const auto& [id, at] : last_training_)
     if (now - at < std::chrono::seconds(2) && attached_ids_.count(id)) active.insert(id);
-  // A tenant whose step has waited longer than that (behind a long turn) is active all the same:
-  // else the turn after a long one would run whole beside it as if it were alone.
+  // A tenant whose step has waited longer than that (behind a long turn), or whose turn has run
+  // longer on another training lane, is active all the same: else the turn after (or beside) a
+  // long one would run whole as if it were alone.
   std::set<std::uint64_t> waiting;
   queues_.training_tenants(waiting);
   for (auto id : waiting)

@@ -196,7 +196,10 @@ StepResult TenantSlot::apply_gradients(const torch::Tensor& loss) {
 }
 
 std::uint64_t TenantSlot::publish() {
-  auto copy = make_head(head_->spec(), feature_dim_);
+  auto copy = [&] {
+    const auto lock = lock_global_generator();  // its draws are overwritten, but they are draws
+    return make_head(head_->spec(), feature_dim_);
+  }();
   copy->to(device_);
   {
     torch::NoGradGuard no_grad;

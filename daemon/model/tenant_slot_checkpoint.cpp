@@ -177,7 +177,10 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
     slot->steps_ = manifest.at("steps");
     // Published versions (checkpoints from before they were saved have none).
     for (const std::uint64_t v : manifest.value("versions", std::vector<std::uint64_t>{})) {
-      auto copy = make_head(spec, feature_dim);
+      auto copy = [&] {
+        const auto lock = lock_global_generator();  // overwritten below, but drawn: devices.hpp
+        return make_head(spec, feature_dim);
+      }();
       copy->to(device);
       for (auto& item : copy->named_parameters()) {
         const auto name = "version." + std::to_string(v) + "." + item.key();

@@ -61,10 +61,6 @@ class WorkQueues {
   bool empty() const { return inference_.empty() && training_.empty(); }
   std::size_t inference_size() const { return inference_.size(); }
   std::size_t training_size() const { return training_.size(); }
-  // The tenants with training work waiting (tenant_id), added to `into`.
-  void training_tenants(std::set<std::uint64_t>& into) const {
-    for (const auto& w : training_) into.insert(tenant_id(tenant_of(w)));
-  }
   // Several training lanes take turns at once (set once, before any lane starts).
   void set_concurrent_training(bool on) { concurrent_training_ = on; }
   // The training turn of these tenants (tenant_id) has ended, or failed: their work may go again.
@@ -72,6 +68,12 @@ class WorkQueues {
     for (auto id : tenants) running_training_.erase(id);
   }
   bool training_running(std::uint64_t tenant) const { return running_training_.count(tenant) != 0; }
+  bool concurrent_training() const { return concurrent_training_; }
+  // The tenants with training work waiting or (several training lanes) running, added to `into`.
+  void training_tenants(std::set<std::uint64_t>& into) const {
+    for (const auto& w : training_) into.insert(tenant_id(tenant_of(w)));
+    into.insert(running_training_.begin(), running_training_.end());
+  }
   // Takes everything (the service is stopping: the caller fails it all).
   std::vector<Work> drain();
 

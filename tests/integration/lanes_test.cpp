@@ -68,6 +68,14 @@ std::vector<std::string> flags(const std::string& dir, const std::string& model_
           dir + "/nexusd.toml"};
 }
 
+// The samples the daemon has counted for `tenant` (accounted inside its step's turn, before the
+// turn ends).
+std::uint64_t samples_of(const Daemon& d, const std::string& tenant) {
+  for (const auto& u : nexus::query_status(d.socket()).usage)
+    if (u.name == tenant) return u.samples;
+  return 0;
+}
+
 std::unique_ptr<nexus::Client> attach(const Daemon& d, const std::string& tenant) {
   return nexus::Client::attach({.socket_path = d.socket(), .tenant = tenant, .timeout = std::chrono::seconds(300)});
 }
@@ -148,8 +156,10 @@ TEST_CASE("with two training lanes a tenant's step runs beside another's long st
           "time",
           "[integration][model][lanes]") {
   TempDir dir;
-  // Steps stay whole (no turn budget): a 1024-sample step is one long training turn.
-  Daemon d(flags(dir.path, "inference_lanes = 1\ntraining_lanes = 2\nmax_training_turn_ms = 0\n"));
+  // Steps stay whole (no turn budget): a 1024-sample step is one long training turn (on the CPU,
+  // where it takes about a second). A 1 ms window: the tenant a long step was charged to is ahead.
+  Daemon d(flags(dir.path, "devices = [\"cpu\"]\ninference_lanes = 1\ntraining_lanes = 2\nmax_training_turn_ms = 0\n"
+                           "group_window_ms = 1\n"));
   const auto spec = small_head();
   auto first = attach(d, "first");
   auto second = attach(d, "second");
@@ -159,32 +169,23 @@ TEST_CASE("with two training lanes a tenant's step runs beside another's long st
   const auto long_second = make_batch(*second, bb, 1024, 4), short_second = make_batch(*second, bb, 4, 5);
 
   // Neither has trained: the second's short step starts on the other lane, beside the first's
-  // long one, and comes back before it.
+  // long one, and comes back before it (the daemon has not counted the first's samples yet).
   auto sent = requests_of(nexus::query_status(d.socket()), "first");
-  std::atomic<Clock::time_point> long_done{};
-  std::thread trainer([&] {
-    first->sft_step(long_first.obs(), long_first.actions);
-    long_done = Clock::now();
-  });
+  std::thread trainer([&] { first->sft_step(long_first.obs(), long_first.actions); });
   wait_until_running(d, "first", sent, /*inference=*/false);
   second->sft_step(short_second.obs(), short_second.actions);
-  const auto short_done = Clock::now();
+  CHECK(samples_of(d, "first") == 0);
   trainer.join();
-  CHECK(short_done < long_done.load());
+  CHECK(samples_of(d, "first") == 1024);
 
   // Now the first is far ahead (a whole long step charged against a short one): while the
   // second's long step runs, the first's short step waits for it (weights hold across lanes).
   sent = requests_of(nexus::query_status(d.socket()), "second");
-  long_done = Clock::time_point{};
-  std::thread second_trainer([&] {
-    second->sft_step(long_second.obs(), long_second.actions);
-    long_done = Clock::now();
-  });
+  std::thread second_trainer([&] { second->sft_step(long_second.obs(), long_second.actions); });
   wait_until_running(d, "second", sent, /*inference=*/false);
   first->sft_step(short_first.obs(), short_first.actions);
-  const auto waited_done = Clock::now();
+  CHECK(samples_of(d, "second") == 4 + 1024);  // its long step had ended when the first's began
   second_trainer.join();
-  CHECK(waited_done > long_done.load());
 
   const auto metrics = nexus::query_metrics(d.socket());
   CHECK_THAT(metrics, Catch::Contains("lane=\"1\",serves=\"training\"") &&
