@@ -171,8 +171,8 @@ struct ModelConfig {
   double max_training_turn_s = 0.020;
   // Executor lanes per replica (service.md, "Executor lanes"): threads that serve the Inference
   // Queue, and 0 to 4 that serve the Training Queue (0: the first inference lane serves both, a
-  // turn at a time; several: WorkQueues' rules for turns side by side). Deterministic mode keeps one lane for both (bitwise results need one fixed
-  // order of work).
+  // turn at a time; several: WorkQueues' rules for turns side by side). Deterministic mode keeps
+  // one lane for both (bitwise results need one fixed order of work).
   int inference_lanes = 2;
   int training_lanes = 2;
   int torch_threads = 0;                 // 0: all cores

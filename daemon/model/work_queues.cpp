@@ -33,22 +33,6 @@ std::vector<Work> WorkQueues::take(std::deque<Work>& q, const std::vector<std::s
   return out;
 }
 
-bool WorkQueues::may_start_beside_running(std::uint64_t tenant, const sched::FairShare& share, double window_s) const {
-  const auto& shares = share.shares();
-  auto of = [&](std::uint64_t id) {
-    auto it = shares.find(id);
-    return it == shares.end() ? sched::TenantShare{} : it->second;
-  };
-  const auto c = of(tenant);
-  for (auto id : running_training_) {
-    const auto r = of(id);
-    // A lower class waits for a higher one, as it would on one lane; within a class, the tenant
-    // ahead waits (else two backlogged tenants would each hold a lane and weights would not count).
-    if (c.priority < r.priority || (c.priority == r.priority && c.virtual_s > r.virtual_s + window_s)) return false;
-  }
-  return true;
-}
-
 std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sched::BatchPolicy& batch,
                                                  const sched::TrainingPolicy& training, std::size_t active_inference,
                                                  const std::set<std::uint64_t>& active_training,
@@ -73,7 +57,8 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
       if (chained.count(id) && !std::holds_alternative<MicroWork>(w)) continue;
       // Its turn is under way on another training lane, or it may not start beside those that are.
       if (concurrent_training_ &&
-          (running_training_.count(id) || !may_start_beside_running(id, share, training.group_window_s)))
+          (running_training_.count(id) ||
+           !sched::may_start_beside(id, running_training_, share.shares(), training.group_window_s)))
         continue;
       const bool continuation = std::holds_alternative<MicroWork>(w);
       views.push_back({id, key_of(w), samples_of(w), is_batchable(w), arrival_of(w), continuation});

@@ -79,8 +79,6 @@ class WorkQueues {
 
  private:
   static std::vector<Work> take(std::deque<Work>& q, const std::vector<std::size_t>& indices);
-  // A tenant `share` lets start beside the turns running now (all of them, for one lane).
-  bool may_start_beside_running(std::uint64_t tenant, const sched::FairShare& share, double window_s) const;
   std::deque<Work> inference_, training_;
   std::set<std::uint64_t> running_training_;  // tenants of the training turns under way
   bool concurrent_training_ = false;

@@ -13,6 +13,16 @@ TenantShare share_of(const std::map<std::uint64_t, TenantShare>& shares, std::ui
 
 }  // namespace
 
+bool may_start_beside(std::uint64_t tenant, const std::set<std::uint64_t>& running,
+                      const std::map<std::uint64_t, TenantShare>& shares, double window_s) {
+  const auto c = share_of(shares, tenant);
+  for (auto id : running) {
+    const auto r = share_of(shares, id);
+    if (c.priority < r.priority || (c.priority == r.priority && c.virtual_s > r.virtual_s + window_s)) return false;
+  }
+  return true;
+}
+
 Decision pick_training(std::span<const TrainingRequest> pending, const std::map<std::uint64_t, TenantShare>& shares,
                        const std::set<std::uint64_t>& active, Clock::time_point now, const TrainingPolicy& policy) {
   // 1. The leader: highest priority, then least virtual time, then the oldest request.

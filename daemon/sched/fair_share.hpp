@@ -54,6 +54,13 @@ struct TrainingPolicy {
 // Precondition: `pending` is non-empty and in arrival order. A tenant without a share reads as
 // weight 1, priority 0, virtual time 0. `active`: the tenants worth waiting for (those training
 // lately); pending tenants count as active whether listed or not.
+// With several training lanes: may `tenant` start a turn beside the turns of `running` now? Not
+// if it is in a lower priority class than one of them, or in the same class and ahead of one by
+// more than `window_s` of virtual time (else two backlogged tenants would each hold a lane and
+// weights would not count); the tenant behind need not wait for a turn it is owed.
+bool may_start_beside(std::uint64_t tenant, const std::set<std::uint64_t>& running,
+                      const std::map<std::uint64_t, TenantShare>& shares, double window_s);
+
 Decision pick_training(std::span<const TrainingRequest> pending, const std::map<std::uint64_t, TenantShare>& shares,
                        const std::set<std::uint64_t>& active, Clock::time_point now, const TrainingPolicy& policy);
 

@@ -132,3 +132,16 @@ TEST_CASE("fair share: a tenant back from idle gets no banked credit", "[sched][
   share.backlogged(2, {1});                              // already ahead: unchanged
   CHECK(share.shares().at(2).virtual_s == Approx(31.0));
 }
+
+TEST_CASE("beside running training turns only a tenant not ahead of them starts, a lower class never",
+          "[sched][fair][lanes]") {
+  // shares: {virtual_s, weight, priority}
+  std::map<std::uint64_t, TenantShare> shares{{1, {1.0, 1, 0}}, {2, {2.0, 1, 0}}, {3, {9.0, 1, 1}}, {4, {0.0, 1, -1}}};
+  CHECK(may_start_beside(2, {}, shares, 0.02));        // nothing running: anyone
+  CHECK(may_start_beside(1, {2}, shares, 0.02));       // behind the running tenant
+  CHECK_FALSE(may_start_beside(2, {1}, shares, 0.02)); // ahead by 1 s
+  CHECK(may_start_beside(2, {1}, shares, 1.5));        // within the window
+  CHECK_FALSE(may_start_beside(1, {2, 5}, shares, 0.02));  // behind 2 but ahead of 5 (no share: 0 s)
+  CHECK(may_start_beside(3, {1}, shares, 0.02));       // a higher class, however far ahead
+  CHECK_FALSE(may_start_beside(4, {1}, shares, 0.02)); // a lower class waits, however far behind
+}
