@@ -79,7 +79,10 @@ TEST_CASE("tenants SIGKILLed mid-step and mid-rollout leave nothing behind and c
     // Every victim's fds, segment mapping and epoll registrations are gone (RL jobs stop, their
     // sessions close; connections settle asynchronously).
     CHECK(eventually([&] { return count_fds(daemon.pid()) == fds0; }, std::chrono::seconds(10)));
-    CHECK(count_mappings(daemon.pid(), "memfd:nexus-tenant") == maps0);
+    // A segment stays mapped while a request of its tenant is still in a turn or a queue (it is
+    // dropped, unanswered, when picked): with two training lanes a victim's step may still run
+    // when the honest tenants are done.
+    CHECK(eventually([&] { return count_mappings(daemon.pid(), "memfd:nexus-tenant") == maps0; }, std::chrono::seconds(10)));
     CHECK(count_epoll_registrations(daemon.pid()) == epoll0);
     CHECK(nexus::query_status(daemon.socket()).env_sessions == 0);
     return std::pair{nlohmann::json::parse(last_line(dir.path + "/alice.json")),
