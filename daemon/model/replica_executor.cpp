@@ -42,8 +42,8 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
   for (;;) {
     std::optional<WorkQueues::Turn> turn;
     // With several training lanes a training turn's tenants are marked running from its pick
-    // (WorkQueues::next) until this goes, after execute (and so after the turn's charge), also
-    // when the turn throws: else they would never train again.
+    // (WorkQueues::next) until execute charges the turn; this guard unmarks them when the turn
+    // throws instead: else they would never train again.
     struct Unmark {
       Replica& replica;
       std::vector<std::uint64_t> tenants;
@@ -76,7 +76,10 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
       }
       if (!turn) cv_.wait_for(lk.native(), wait);
     }
-    if (turn) execute(lane, *turn);
+    if (turn) {
+      execute(lane, *turn);
+      unmark.tenants.clear();  // execute unmarked them with the turn's charge
+    }
     if (lane.index != 0) continue;  // the first lane keeps the registry's housekeeping
     if (const auto now = sched::Clock::now(); now >= next_evict) {
       registry_->evict_idle(now);
@@ -154,8 +157,18 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
     if (contended)
       stats_.longest_shared_training_turn_s = std::max(stats_.longest_shared_training_turn_s, took);
   }
-  MutexLock lk(mu_);
-  for (const auto& [tenant, seconds] : charged) share_.charge(tenant_id(tenant), seconds);
+  {
+    MutexLock lk(mu_);
+    for (const auto& [tenant, seconds] : charged) share_.charge(tenant_id(tenant), seconds);
+    // Unmarked with the charge, under one lock: a step pushed in between would otherwise be
+    // lifted to the charged virtual time of a tenant that still reads as running.
+    if (queues_.concurrent_training()) {
+      std::vector<std::uint64_t> ids;
+      for (const auto& t : tenants) ids.push_back(tenant_id(t));
+      queues_.training_done(ids);
+    }
+  }
+  if (queues_.concurrent_training()) cv_.notify_all();  // another training lane may take their work now
 }
 
 std::set<std::uint64_t> Replica::training_active(sched::Clock::time_point now) const {

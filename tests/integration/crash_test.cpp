@@ -83,8 +83,8 @@ TEST_CASE("tenants SIGKILLed mid-step and mid-rollout leave nothing behind and c
     // dropped, unanswered, when picked): with two training lanes a victim's step may still run
     // when the honest tenants are done.
     CHECK(eventually([&] { return count_mappings(daemon.pid(), "memfd:nexus-tenant") == maps0; }, std::chrono::seconds(10)));
-    CHECK(count_epoll_registrations(daemon.pid()) == epoll0);
-    CHECK(nexus::query_status(daemon.socket()).env_sessions == 0);
+    CHECK(eventually([&] { return count_epoll_registrations(daemon.pid()) == epoll0; }, std::chrono::seconds(10)));
+    CHECK(eventually([&] { return nexus::query_status(daemon.socket()).env_sessions == 0; }, std::chrono::seconds(10)));
     return std::pair{nlohmann::json::parse(last_line(dir.path + "/alice.json")),
                      nlohmann::json::parse(last_line(dir.path + "/bob.json"))};
   };

@@ -77,12 +77,10 @@ TEST_CASE("nexus-bench fairness: weights hold, inference waits behind one traini
   CHECK(j["turns_small_share"].get<double>() > j["whole_small_share"].get<double>());
   CHECK(j["turns_weighted_small_share"].get<double>() > 0.15);
   CHECK(j["turns_big_weighted_big_share"].get<double>() > 0.15);
-  // Weights move a closed-loop pair (turns cut by weight): weighted 2, the small tenant's
-  // fraction of the pair's shares is larger than at equal weights (measured 0.68-0.72 against
-  // 0.36-0.43; before turns followed weights, both were about 0.36).
-  const double equal_fraction = j["turns_small_share"].get<double>() /
-                                (j["turns_small_share"].get<double>() + j["turns_big_share"].get<double>());
-  CHECK(j["turns_weighted_small_fraction"].get<double>() > equal_fraction);
+  // Weights move a closed-loop pair (turns cut by weight, the tenant ahead waits): the small
+  // tenant's fraction of the pair's shares weighted 2 is larger than with the big one weighted 2
+  // (measured with two training lanes 0.72-0.74 against 0.39-0.43, docs/design/service.md).
+  CHECK(j["turns_weighted_small_fraction"].get<double>() > 1 - j["turns_big_weighted_big_fraction"].get<double>());
 }
 
 TEST_CASE("nexus-bench workload --json compares shared and isolated runs and writes CSV and PNG",

@@ -111,6 +111,7 @@ TEST_CASE("at a Unix user's slot bound its longest-detached slot makes room, and
   a->register_tenant(kSpec);
   const auto a_digest = a->slot_digest();
   a.reset();  // detached: its slot stays resident, but may make room
+  REQUIRE(d.wait_tenants(0, std::chrono::seconds(5)));  // nexusd sees the hang-up asynchronously
   auto b = attach("b");
   auto c = attach("c");
   b->register_tenant(kSpec);
@@ -122,6 +123,7 @@ TEST_CASE("at a Unix user's slot bound its longest-detached slot makes room, and
   CHECK(code == nexus::ErrorCode::QuotaExceeded);
   // ... until one of them leaves: then it is restored, as it was.
   b.reset();
+  REQUIRE(d.wait_tenants(2, std::chrono::seconds(5)));
   CHECK(a->slot_digest() == a_digest);
 }
 
