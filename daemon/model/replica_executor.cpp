@@ -157,18 +157,19 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
     if (contended)
       stats_.longest_shared_training_turn_s = std::max(stats_.longest_shared_training_turn_s, took);
   }
+  bool unmarked = false;
   {
     MutexLock lk(mu_);
     for (const auto& [tenant, seconds] : charged) share_.charge(tenant_id(tenant), seconds);
     // Unmarked with the charge, under one lock: a step pushed in between would otherwise be
     // lifted to the charged virtual time of a tenant that still reads as running.
-    if (queues_.concurrent_training()) {
+    if ((unmarked = queues_.concurrent_training())) {
       std::vector<std::uint64_t> ids;
       for (const auto& t : tenants) ids.push_back(tenant_id(t));
       queues_.training_done(ids);
     }
   }
-  if (queues_.concurrent_training()) cv_.notify_all();  // another training lane may take their work now
+  if (unmarked) cv_.notify_all();  // another training lane may take their work now
 }
 
 std::set<std::uint64_t> Replica::training_active(sched::Clock::time_point now) const {
