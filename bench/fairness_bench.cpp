@@ -66,16 +66,25 @@ void stop(std::vector<pid_t>& pids) {
 }
 
 // Samples per second of each named closed-loop trainer (name -> batch) over `seconds`, all at
-// once, after a warm-up.
+// once, after a warm-up; and, into `charged`, the compute-seconds per second nexusd charged each
+// (what its fair share weighs: with several training lanes, a turn's wall time on its lane).
 std::map<std::string, double> rates(const FairnessOptions& o, const test::Daemon& d, const std::string& dir,
-                                    const std::map<std::string, int>& trainers, double seconds) {
+                                    const std::map<std::string, int>& trainers, double seconds,
+                                    std::map<std::string, double>* charged = nullptr) {
   std::vector<pid_t> pids;
   for (const auto& [name, batch] : trainers) pids.push_back(trainer(o, d, dir, name, batch, 1));
   std::this_thread::sleep_for(std::chrono::seconds(3));
   std::map<std::string, double> s0, out;
   for (const auto& [name, batch] : trainers) s0[name] = samples(d, name);
+  const auto c0 = compute(d);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   for (const auto& [name, batch] : trainers) out[name] = (samples(d, name) - s0[name]) / seconds;
+  if (charged) {
+    const auto c1 = compute(d);
+    for (const auto& [name, batch] : trainers)
+      (*charged)[name] = (c1.count(name) ? c1.at(name) : 0.0) - (c0.count(name) ? c0.at(name) : 0.0);
+    for (auto& [name, c] : *charged) c /= seconds;
+  }
   stop(pids);
   return out;
 }
@@ -99,7 +108,7 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
     std::fprintf(stderr, "[fairness] %s, %.0f s ...\n", what, seconds);
   };
   double big_alone = 0, small_alone = 0;
-  std::map<std::string, double> equal, weighted, big_weighted;
+  std::map<std::string, double> equal, weighted, big_weighted, equal_c, weighted_c, big_weighted_c;
   double turn_ms = 0;
   {
     test::Daemon daemon({"--log-level", "warn", "-c", dir.path + "/turns.toml"}, o.nexusd);
@@ -108,12 +117,12 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
     phase("batch 4 alone", o.seconds);
     small_alone = rates(o, daemon, dir.path, {{"small-alone", 4}}, o.seconds).at("small-alone");
     phase("both at once, equal weights", o.shared_seconds);
-    equal = rates(o, daemon, dir.path, {{"big", 128}, {"small", 4}}, o.shared_seconds);
+    equal = rates(o, daemon, dir.path, {{"big", 128}, {"small", 4}}, o.shared_seconds, &equal_c);
     turn_ms = query_status(daemon.socket()).longest_shared_training_turn_s * 1000;
     phase("both at once, the small tenant weighted 2", o.shared_seconds);
-    weighted = rates(o, daemon, dir.path, {{"big-light", 128}, {"small-heavy", 4}}, o.shared_seconds);
+    weighted = rates(o, daemon, dir.path, {{"big-light", 128}, {"small-heavy", 4}}, o.shared_seconds, &weighted_c);
     phase("both at once, the big tenant weighted 2", o.shared_seconds);
-    big_weighted = rates(o, daemon, dir.path, {{"big-heavy", 128}, {"small-light", 4}}, o.shared_seconds);
+    big_weighted = rates(o, daemon, dir.path, {{"big-heavy", 128}, {"small-light", 4}}, o.shared_seconds, &big_weighted_c);
   }
   double whole_big_alone = 0;
   std::map<std::string, double> whole;
@@ -138,6 +147,13 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
   j["turns_weighted_small_fraction"] = heavy_share / (heavy_share + light_share);  // weights say 2/3
   j["turns_big_weighted_big_share"] = heavy_big_share, j["turns_big_weighted_small_share"] = light_small_share;
   j["turns_big_weighted_big_fraction"] = heavy_big_share / (heavy_big_share + light_small_share);  // 2/3
+  // Compute-seconds nexusd charged per second (its fair share's measure), and their ratios: the
+  // weights say 1, 2 and 2.
+  j["turns_big_charged_s_per_s"] = equal_c.at("big"), j["turns_small_charged_s_per_s"] = equal_c.at("small");
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  j["turns_equal_charged_ratio"] = ratio(equal_c.at("big"), equal_c.at("small"));
+  j["turns_weighted_charged_ratio"] = ratio(weighted_c.at("small-heavy"), weighted_c.at("big-light"));
+  j["turns_big_weighted_charged_ratio"] = ratio(big_weighted_c.at("big-heavy"), big_weighted_c.at("small-light"));
   j["turns_total_shared_sps"] = total;
   j["turns_longest_turn_ms"] = turn_ms;
   j["training_lanes"] = o.training_lanes;  // < 0: nexusd's default
@@ -156,6 +172,10 @@ void small_beside_big(const FairnessOptions& o, nlohmann::json& j) {
               heavy_share / (heavy_share + light_share), heavy_big_share, light_small_share,
               heavy_big_share / (heavy_big_share + light_small_share), whole.at("big") / whole_big_alone,
               whole.at("small") / small_alone, whole_total, total / whole_total);
+  std::printf("compute-seconds nexusd charged per second (what its fair share weighs): equal weights big %.2f, small %.2f "
+              "(ratio %.2f; weights say 1); small weighted 2: ratio %.2f; big weighted 2: ratio %.2f (weights say 2)\n",
+              equal_c.at("big"), equal_c.at("small"), j["turns_equal_charged_ratio"].get<double>(),
+              j["turns_weighted_charged_ratio"].get<double>(), j["turns_big_weighted_charged_ratio"].get<double>());
 }
 
 }  // namespace
