@@ -76,14 +76,12 @@ std::map<std::string, double> rates(const FairnessOptions& o, const test::Daemon
   std::this_thread::sleep_for(std::chrono::seconds(3));
   std::map<std::string, double> s0, out;
   for (const auto& [name, batch] : trainers) s0[name] = samples(d, name);
-  const auto c0 = compute(d);
+  auto c0 = charged ? compute(d) : std::map<std::string, double>{};
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   for (const auto& [name, batch] : trainers) out[name] = (samples(d, name) - s0[name]) / seconds;
   if (charged) {
-    const auto c1 = compute(d);
-    for (const auto& [name, batch] : trainers)
-      (*charged)[name] = (c1.count(name) ? c1.at(name) : 0.0) - (c0.count(name) ? c0.at(name) : 0.0);
-    for (auto& [name, c] : *charged) c /= seconds;
+    auto c1 = compute(d);
+    for (const auto& [name, batch] : trainers) (*charged)[name] = (c1[name] - c0[name]) / seconds;
   }
   stop(pids);
   return out;

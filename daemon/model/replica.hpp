@@ -87,7 +87,9 @@ class Replica {
   void start_lane(Lane& lane, const std::string& role_name);
   void run(Lane& lane, std::uint64_t generation);
   void serve(Lane& lane, std::uint64_t generation);
-  void execute(Lane& lane, WorkQueues::Turn& turn);
+  // `running`: the turn's tenants marked running (several training lanes), unmarked and
+  // cleared with the turn's charge.
+  void execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint64_t>& running);
   std::map<std::string, double> run_single(Work& w);
   // Samples a training turn of `turn`'s tenants may take within [model] max_training_turn_ms,
   // cut by their weight beside heavier active tenants (0: steps stay whole: no budget, or

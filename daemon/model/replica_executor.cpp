@@ -76,10 +76,7 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
       }
       if (!turn) cv_.wait_for(lk.native(), wait);
     }
-    if (turn) {
-      execute(lane, *turn);
-      unmark.tenants.clear();  // execute unmarked them with the turn's charge
-    }
+    if (turn) execute(lane, *turn, unmark.tenants);  // unmarks them with the turn's charge
     if (lane.index != 0) continue;  // the first lane keeps the registry's housekeeping
     if (const auto now = sched::Clock::now(); now >= next_evict) {
       registry_->evict_idle(now);
@@ -92,7 +89,7 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
   }
 }
 
-void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
+void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint64_t>& running) {
   // The slots this turn touches are its own until it ends (the other lane's turns wait for them).
   std::vector<std::string> tenants;
   for (const auto& w : turn.works) tenants.push_back(tenant_of(w));
@@ -157,19 +154,15 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn) {
     if (contended)
       stats_.longest_shared_training_turn_s = std::max(stats_.longest_shared_training_turn_s, took);
   }
-  bool unmarked = false;
   {
     MutexLock lk(mu_);
     for (const auto& [tenant, seconds] : charged) share_.charge(tenant_id(tenant), seconds);
     // Unmarked with the charge, under one lock: a step pushed in between would otherwise be
     // lifted to the charged virtual time of a tenant that still reads as running.
-    if ((unmarked = queues_.concurrent_training())) {
-      std::vector<std::uint64_t> ids;
-      for (const auto& t : tenants) ids.push_back(tenant_id(t));
-      queues_.training_done(ids);
-    }
+    queues_.training_done(running);
   }
-  if (unmarked) cv_.notify_all();  // another training lane may take their work now
+  if (!running.empty()) cv_.notify_all();  // another training lane may take their work now
+  running.clear();
 }
 
 std::set<std::uint64_t> Replica::training_active(sched::Clock::time_point now) const {
