@@ -4,6 +4,8 @@
 //   grouped   one adapted pass over all T*batch samples (the segmented shrink/expand)
 //   serial    T adapted passes of `batch` samples, one per tenant
 //   plain     one pass over the same T*batch samples with no adapters
+//   plain serial  T passes of `batch` samples with no adapters: plain serial / plain is what
+//             grouping alone gains on this machine, the bound on grouped / serial
 // for inference (no grad) and training (forward and the backward into the adapters). Cells are
 // interleaved and each is the median of --repeats; figures are ratios of times measured together.
 #include <torch/cuda.h>
@@ -30,7 +32,7 @@ double median(std::vector<double> v) {
 }
 
 struct Cell {
-  double grouped = 0, serial = 0, plain = 0;  // seconds per round
+  double grouped = 0, serial = 0, plain = 0, plain_serial = 0;  // seconds per round
 };
 
 Cell measure(model::VLABackbone& bb, const std::vector<model::LoraAdapter>& adapters, int t, const Options& o,
@@ -62,12 +64,18 @@ Cell measure(model::VLABackbone& bb, const std::vector<model::LoraAdapter>& adap
     for (int k = 0; k < t; ++k) run(std::int64_t(k) * o.batch, o.batch, k, 1, true);
   };
   auto plain = [&] { run(0, n, 0, t, false); };
-  grouped(), serial(), plain();  // warm-up
-  std::vector<double> g, s, p;
-  for (int i = 0; i < o.repeats; ++i) g.push_back(timed(grouped)), s.push_back(timed(serial)), p.push_back(timed(plain));
+  auto plain_serial = [&] {
+    for (int k = 0; k < t; ++k) run(std::int64_t(k) * o.batch, o.batch, k, 1, false);
+  };
+  grouped(), serial(), plain(), plain_serial();  // warm-up
+  std::vector<double> g, s, p, ps;
+  for (int i = 0; i < o.repeats; ++i) {
+    g.push_back(timed(grouped)), s.push_back(timed(serial)), p.push_back(timed(plain));
+    ps.push_back(timed(plain_serial));
+  }
   for (auto& a : adapters)
     for (auto& param : a->parameters()) param.mutable_grad() = torch::Tensor();
-  return {median(g), median(s), median(p)};
+  return {median(g), median(s), median(p), median(ps)};
 }
 
 }  // namespace
@@ -106,16 +114,20 @@ int run_adapters(const AdaptersOptions& o) {
               100.0 * double(adapter_bytes) / double(backbone_bytes), backbone_bytes / 1048576.0);
   for (const bool training : {false, true}) {
     const char* mode = training ? "train" : "infer";
-    std::printf("%s:  T   grouped ms   serial ms   plain ms   grouped/serial speed-up   adapter overhead\n", mode);
+    std::printf("%s:  T   grouped ms   serial ms   plain ms   grouped/serial speed-up   adapter overhead   "
+                "no adapters: grouped/serial\n",
+                mode);
     for (int t : o.tenants) {
       const Cell c = measure(bb, adapters, t, o, training);
       const double speedup = c.serial / c.grouped, overhead = c.grouped / c.plain - 1;
-      std::printf("%s: %2d   %10.2f   %9.2f   %8.2f   %23.2fx   %15.1f%%\n", mode, t, 1e3 * c.grouped, 1e3 * c.serial,
-                  1e3 * c.plain, speedup, 100 * overhead);
+      const double plain_speedup = c.plain_serial / c.plain;
+      std::printf("%s: %2d   %10.2f   %9.2f   %8.2f   %23.2fx   %15.1f%%   %26.2fx\n", mode, t, 1e3 * c.grouped,
+                  1e3 * c.serial, 1e3 * c.plain, speedup, 100 * overhead, plain_speedup);
       std::fflush(stdout);
       const std::string key = std::string(mode) + ".T" + std::to_string(t);
       figures[key + ".grouped_over_serial_speedup"] = speedup;
       figures[key + ".adapter_overhead"] = overhead;
+      figures[key + ".plain_grouped_over_serial_speedup"] = plain_speedup;
     }
   }
   std::printf("(plain in train mode: the forward alone, no adapter to reach; overhead there is forward+backward "

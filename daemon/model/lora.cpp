@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -10,11 +11,13 @@ namespace nexus::model {
 // Where each adapted sample sits, worked out once per pass (AdapterBatch::layout) and shared by
 // every projection: which samples (`sel`, undefined when the segments cover the batch in order),
 // each one's segment (`idx`, undefined when every segment is one sample, in order: then the
-// stacked weights line up with the samples as they are) and scale ([M, 1, 1]).
+// stacked weights line up with the samples as they are) and scale ([M, 1, 1]; `uniform_scale`
+// when every segment has the same one, the common case: then it is the GEMM's alpha instead).
 struct AdapterLayout {
   torch::Tensor sel, idx, scale;
   std::int64_t samples = 0;
   bool single = false;  // one segment covering the batch: plain matmuls, no gather
+  std::optional<double> uniform_scale;
 };
 
 namespace {
@@ -52,32 +55,57 @@ AdapterLayout make_layout(const torch::Tensor& x, const std::vector<std::int64_t
   if (!one_each) l.idx = torch::tensor(idx, torch::kLong).to(dev);
   l.scale = torch::tensor(scale, x.options()).view({l.samples, 1, 1});
   l.single = in_order && first.size() == 1;
+  if (std::all_of(scales.begin(), scales.end(), [&](double s) { return s == scales[0]; })) l.uniform_scale = scales[0];
   return l;
 }
 
-// The adapted samples' deltas [M, S, out]: scale (x A_k) B_k for each sample's segment k. As and
-// Bs hold every segment's weights (zeros for a tenant that does not adapt this projection).
-torch::Tensor deltas(const torch::Tensor& x, const AdapterLayout& l, const std::vector<torch::Tensor>& As,
-                     const std::vector<torch::Tensor>& Bs, double single_scale) {
-  if (l.single) return torch::matmul(torch::matmul(x, As[0]) * single_scale, Bs[0]);
-  std::int64_t rmax = 0;
-  for (const auto& a : As) rmax = std::max(rmax, a.size(1));
-  // Pad every adapter to the largest rank: the padded columns of A and rows of B are zeros, so
-  // they add exact zeros, and one bmm serves tenants of different ranks.
-  std::vector<torch::Tensor> a_pad, b_pad;
-  for (std::size_t k = 0; k < As.size(); ++k) {
-    const auto r = As[k].size(1);
-    a_pad.push_back(r == rmax ? As[k] : torch::constant_pad_nd(As[k], {0, rmax - r}));
-    b_pad.push_back(r == rmax ? Bs[k] : torch::constant_pad_nd(Bs[k], {0, 0, 0, rmax - r}));
-  }
-  auto a_rows = torch::stack(a_pad), b_rows = torch::stack(b_pad);  // [T, in, r], [T, r, out]
-  if (l.idx.defined()) a_rows = a_rows.index_select(0, l.idx), b_rows = b_rows.index_select(0, l.idx);  // per sample
-  const auto xs = l.sel.defined() ? x.index_select(0, l.sel) : x;
-  return torch::bmm(torch::bmm(xs, a_rows) * l.scale, b_rows);
+// Pads A [in, r] to [in, rank] and B [r, out] to [rank, out] with zeros: the pad adds exact
+// zeros, so one bmm serves tenants of different ranks.
+torch::Tensor pad_a(const torch::Tensor& a, std::int64_t rank) {
+  return a.size(1) == rank ? a : torch::constant_pad_nd(a, {0, rank - a.size(1)});
+}
+torch::Tensor pad_b(const torch::Tensor& b, std::int64_t rank) {
+  return b.size(0) == rank ? b : torch::constant_pad_nd(b, {0, 0, 0, rank - b.size(0)});
+}
+std::int64_t max_rank(const std::vector<torch::Tensor>& as) {
+  std::int64_t r = 0;
+  for (const auto& a : as) r = std::max(r, a.size(1));
+  return r;
 }
 
-torch::Tensor add_deltas(const torch::Tensor& base, const AdapterLayout& l, const torch::Tensor& d) {
-  return l.sel.defined() ? base.index_add(0, l.sel, d) : base + d;
+// The shrink h = x A_k of every adapted sample, [M, S, r], with As one [in, r] per segment, all of
+// one rank (pad_a). Unscaled.
+torch::Tensor shrink(const torch::Tensor& x, const AdapterLayout& l, const std::vector<torch::Tensor>& As) {
+  if (l.single) return torch::matmul(x, As[0]);
+  auto a_rows = torch::stack(As);                        // [T, in, r]
+  if (l.idx.defined()) a_rows = a_rows.index_select(0, l.idx);  // per sample
+  return torch::bmm(l.sel.defined() ? x.index_select(0, l.sel) : x, a_rows);
+}
+
+// base + scale_k h B_k on each adapted sample's rows, in place unless `copy`. Bs are padded to
+// h's rank. Fusing the add into the expand's GEMM (beta = 1) saves a pass over the output and an
+// allocation per projection; the rank-r expand is a thin GEMM, so that pass was a large part of
+// its cost.
+torch::Tensor expand_into(torch::Tensor base, const AdapterLayout& l, torch::Tensor h, const std::vector<torch::Tensor>& Bs,
+                          bool copy = false) {
+  const auto rank = h.size(-1);
+  double alpha = 1;
+  if (l.uniform_scale) alpha = *l.uniform_scale;
+  else h = h * l.scale;
+  torch::Tensor b_rows;
+  if (l.single) {
+    b_rows = pad_b(Bs[0], rank).expand({base.size(0), rank, base.size(-1)});
+  } else {
+    std::vector<torch::Tensor> padded;
+    for (const auto& b : Bs) padded.push_back(pad_b(b, rank));
+    b_rows = torch::stack(padded);  // [T, r, out]
+    if (l.idx.defined()) b_rows = b_rows.index_select(0, l.idx);
+  }
+  if (l.sel.defined()) {
+    const auto d = torch::bmm(h, b_rows);
+    return copy ? base.index_add(0, l.sel, d, alpha) : base.index_add_(0, l.sel, d, alpha);
+  }
+  return copy ? torch::baddbmm(base, h, b_rows, 1, alpha) : base.baddbmm_(h, b_rows, 1, alpha);
 }
 
 }  // namespace
@@ -111,10 +139,14 @@ torch::Tensor segmented_lora_delta(const torch::Tensor& x, const std::vector<std
                                    const std::vector<std::int64_t>& rows, const std::vector<torch::Tensor>& As,
                                    const std::vector<torch::Tensor>& Bs, const std::vector<double>& scales,
                                    std::int64_t out_features) {
-  auto zeros = torch::zeros({x.size(0), x.size(1), out_features}, x.options());
-  if (first.empty()) return zeros;
+  auto delta = torch::zeros({x.size(0), x.size(1), out_features}, x.options());
+  if (first.empty()) return delta;
   const auto l = make_layout(x, first, rows, scales);
-  return add_deltas(zeros, l, deltas(x, l, As, Bs, scales[0]));
+  const auto rank = max_rank(As);
+  std::vector<torch::Tensor> padded;
+  for (const auto& a : As) padded.push_back(pad_a(a, rank));
+  expand_into(delta, l, shrink(x, l, padded), Bs);
+  return delta;
 }
 
 const AdapterLayout& AdapterBatch::layout(const torch::Tensor& x) const {
@@ -127,34 +159,73 @@ const AdapterLayout& AdapterBatch::layout(const torch::Tensor& x) const {
   return *layout_;
 }
 
-torch::Tensor AdapterBatch::apply(std::int64_t block, Projection p, const torch::Tensor& x,
-                                  const torch::Tensor& base) const {
-  bool any = false;
-  for (const auto& s : segments) any = any || s.adapter->a(block, p).defined();
-  if (!any) return base;
-  std::vector<torch::Tensor> As, Bs;
+std::vector<torch::Tensor> AdapterBatch::weights(std::int64_t block, Projection p, bool a_side, std::int64_t in,
+                                               std::int64_t out, const torch::TensorOptions& options) const {
+  std::vector<torch::Tensor> w;
   for (const auto& s : segments) {
     const auto& a = s.adapter->a(block, p);
-    As.push_back(a.defined() ? a : torch::zeros({x.size(-1), 1}, x.options()));  // adds exact zeros
-    Bs.push_back(a.defined() ? s.adapter->b(block, p) : torch::zeros({1, base.size(-1)}, x.options()));
+    if (a.defined()) w.push_back(a_side ? a : s.adapter->b(block, p));
+    else w.push_back(a_side ? torch::zeros({in, 1}, options) : torch::zeros({1, out}, options));  // adds exact zeros
   }
-  const auto& l = layout(x);
-  return add_deltas(base, l, deltas(x, l, As, Bs, segments[0].adapter->spec().scale()));
+  return w;
 }
 
-torch::Tensor AdapterBatch::apply_qkv(std::int64_t block, const torch::Tensor& x, const torch::Tensor& base) const {
-  bool any = false;
+bool AdapterBatch::adapts(std::int64_t block, Projection p) const {
   for (const auto& s : segments)
-    for (auto p : {Projection::Q, Projection::K, Projection::V}) any = any || s.adapter->a(block, p).defined();
-  if (!any) return base;
-  // Each of q, k and v on its own column block. (Fusing them, A side by side and B block-diagonal,
-  // measured slower here: building the block-diagonal B each pass and 3x the expand's work cost
-  // more than the two bmm's it saves.)
+    if (s.adapter->a(block, p).defined()) return true;
+  return false;
+}
+
+torch::Tensor AdapterBatch::apply(std::int64_t block, Projection p, const torch::Tensor& x, torch::Tensor base) const {
+  if (!adapts(block, p)) return base;
+  const auto& l = layout(x);
+  auto As = weights(block, p, true, x.size(-1), base.size(-1), x.options());
+  const auto rank = max_rank(As);
+  for (auto& a : As) a = pad_a(a, rank);
+  // In place only where autograd records nothing: a Linear's output may be a view of its GEMM's,
+  // and an in-place op on a view records a copy of the whole gradient (CopySlices).
+  return expand_into(base, l, shrink(x, l, As), weights(block, p, false, x.size(-1), base.size(-1), x.options()),
+                     torch::GradMode::is_enabled());
+}
+
+torch::Tensor AdapterBatch::apply_qkv(std::int64_t block, const torch::Tensor& x, torch::Tensor base) const {
+  // One shrink for q, k and v together (each segment's three A's side by side, each padded to
+  // its projection's largest rank), then an expand per projection into its own column block of
+  // the base output, in place. (Fusing the expands too, with a block-diagonal B, measured slower:
+  // building that B each pass and 3x the expand's work cost more than the two GEMMs it saves.)
   const auto d = base.size(-1) / 3;
-  return torch::cat({apply(block, Projection::Q, x, base.narrow(-1, 0, d)),
-                     apply(block, Projection::K, x, base.narrow(-1, d, d)),
-                     apply(block, Projection::V, x, base.narrow(-1, 2 * d, d))},
-                    -1);
+  std::vector<Projection> adapted;
+  for (auto p : {Projection::Q, Projection::K, Projection::V})
+    if (adapts(block, p)) adapted.push_back(p);
+  if (adapted.empty()) return base;
+  std::vector<std::vector<torch::Tensor>> as(adapted.size());
+  std::vector<std::int64_t> ranks;
+  for (std::size_t j = 0; j < adapted.size(); ++j) {
+    as[j] = weights(block, adapted[j], true, x.size(-1), d, x.options());
+    ranks.push_back(max_rank(as[j]));
+  }
+  std::vector<torch::Tensor> side_by_side;  // per segment: [in, r_q + r_k + r_v]
+  for (std::size_t k = 0; k < segments.size(); ++k) {
+    std::vector<torch::Tensor> parts;
+    for (std::size_t j = 0; j < adapted.size(); ++j) parts.push_back(pad_a(as[j][k], ranks[j]));
+    side_by_side.push_back(parts.size() == 1 ? parts[0] : torch::cat(parts, 1));
+  }
+  const auto& l = layout(x);
+  const auto h = shrink(x, l, side_by_side);
+  // Under autograd (see apply) the blocks are made apart and concatenated.
+  const bool copy = torch::GradMode::is_enabled();
+  std::vector<torch::Tensor> blocks;
+  std::int64_t column = 0;
+  std::size_t j = 0;
+  for (auto p : {Projection::Q, Projection::K, Projection::V}) {
+    auto part = base.narrow(-1, static_cast<std::int64_t>(p) * d, d);
+    if (j < adapted.size() && adapted[j] == p) {
+      part = expand_into(part, l, h.narrow(-1, column, ranks[j]), weights(block, p, false, x.size(-1), d, x.options()), copy);
+      column += ranks[j++];
+    }
+    blocks.push_back(part);
+  }
+  return copy ? torch::cat(blocks, -1) : base;
 }
 
 nlohmann::json adapter_to_json(const AdapterSpec& s) {

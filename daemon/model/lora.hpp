@@ -5,8 +5,9 @@
 //   y_t = x_t W^T + b + scale_t * (x_t A_t) B_t        A_t [in, r_t], B_t [r_t, out]
 // The base GEMM runs once for the whole group; the low-rank part is a shrink (x A) and an
 // expand (. B) per tenant, batched: every adapted sample gathers its tenant's A and B (padded to
-// the group's largest rank with zeros, which adds exact zeros) and one bmm does each. W + A B is
-// never formed. Samples without an adapter are left as the base GEMM made them.
+// the group's largest rank with zeros, which adds exact zeros), one bmm shrinks and one GEMM with
+// beta = 1 expands into the base output in place. W + A B is never formed. Samples without an
+// adapter are left as the base GEMM made them.
 //
 // Thread safety: an AdapterBatch is built and used by one thread (the executor's).
 #pragma once
@@ -58,14 +59,21 @@ struct AdapterBatch {
   std::vector<Segment> segments;
   bool empty() const { return segments.empty(); }
 
-  // Per block: the base output plus each adapted sample's low-rank delta. `x` is the
-  // projection's input [N, S, in], `base` its frozen output [N, S, out]. Differentiable in the
-  // adapters' parameters (and x), never in the backbone's.
-  torch::Tensor apply(std::int64_t block, Projection p, const torch::Tensor& x, const torch::Tensor& base) const;
+  // Per block: the base output plus each adapted sample's low-rank delta, added into `base` in
+  // place when autograd is off (GradMode), as a new tensor when it is on. `x` is the
+  // projection's input [N, S, in], `base` its frozen output [N, S, out] (a fresh tensor the
+  // caller no longer needs unadapted). Differentiable in the adapters' parameters (and x), never
+  // in the backbone's.
+  torch::Tensor apply(std::int64_t block, Projection p, const torch::Tensor& x, torch::Tensor base) const;
   // The fused qkv projection: q, k and v are column blocks [0, D), [D, 2D), [2D, 3D) of `base`.
-  torch::Tensor apply_qkv(std::int64_t block, const torch::Tensor& x, const torch::Tensor& base) const;
+  torch::Tensor apply_qkv(std::int64_t block, const torch::Tensor& x, torch::Tensor base) const;
 
  private:
+  bool adapts(std::int64_t block, Projection p) const;  // some segment's adapter targets it
+  // Each segment's A (a_side) or B of the projection; a [in, 1] / [1, out] zero for a segment
+  // whose adapter does not target it.
+  std::vector<torch::Tensor> weights(std::int64_t block, Projection p, bool a_side, std::int64_t in, std::int64_t out,
+                                     const torch::TensorOptions& options) const;
   const AdapterLayout& layout(const torch::Tensor& x) const;  // built on first use (segments fixed by then)
   mutable std::shared_ptr<AdapterLayout> layout_;
 };

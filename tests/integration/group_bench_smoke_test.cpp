@@ -137,7 +137,8 @@ TEST_CASE("nexus-bench adapters --json ends with its figures, grouped against a 
   REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"infer.T1.grouped_over_serial_speedup", "infer.T2.grouped_over_serial_speedup",
-                          "train.T2.grouped_over_serial_speedup", "adapter_fraction_of_backbone"}) {
+                          "train.T2.grouped_over_serial_speedup", "infer.T2.plain_grouped_over_serial_speedup",
+                          "adapter_fraction_of_backbone"}) {
     INFO(key);
     REQUIRE(j.contains(key));
     CHECK(j[key].get<double>() > 0);

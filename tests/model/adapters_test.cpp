@@ -91,6 +91,27 @@ TEST_CASE("the segmented LoRA delta is each segment's scale (x A) B, and zero on
     const auto merged = w.t() + scales[k] * torch::matmul(as[k], bs[k]);
     CHECK(close(torch::matmul(xs, w.t()) + delta.narrow(0, first[k], rows[k]), torch::matmul(xs, merged)));
   }
+  // Segments covering the batch in order (no gather of rows), of several samples each or one
+  // sample each (no gather of weights), with scales that differ and scales that do not.
+  for (const auto& layout : {std::vector<std::int64_t>{2, 1, 3}, std::vector<std::int64_t>{1, 1, 1, 1, 1, 1}})
+    for (const bool same_scale : {false, true}) {
+      std::vector<std::int64_t> at;
+      std::vector<torch::Tensor> a2, b2;
+      std::vector<double> s2;
+      std::int64_t row = 0;
+      for (std::size_t k = 0; k < layout.size(); ++k) {
+        at.push_back(row), row += layout[k];
+        const auto r = static_cast<std::int64_t>(k % 3) + 1;
+        a2.push_back(torch::randn({12, r})), b2.push_back(torch::randn({r, 7}));
+        s2.push_back(same_scale ? 1.5 : 0.5 * static_cast<double>(k + 1));
+      }
+      INFO("segments " << layout.size() << (same_scale ? ", one scale" : ", scales differ"));
+      const auto d2 = model::segmented_lora_delta(x, at, layout, a2, b2, s2, 7);
+      for (std::size_t k = 0; k < layout.size(); ++k) {
+        const auto xs = x.narrow(0, at[k], layout[k]);
+        CHECK(close(d2.narrow(0, at[k], layout[k]), s2[k] * torch::matmul(torch::matmul(xs, a2[k]), b2[k])));
+      }
+    }
 }
 
 TEST_CASE("a grouped pass of four adapters of different ranks and two head-only tenants equals each alone, "
@@ -125,6 +146,11 @@ TEST_CASE("a grouped pass of four adapters of different ranks and two head-only 
   }
   torch::AutoGradMode grad(true);
   const auto grouped = model::AdaptedForward(*bb)(in.images, in.tokens, in.mask, batch);
+  {  // Without autograd the deltas are added into the base outputs in place (lora.cpp): the same.
+    torch::NoGradGuard no_grad;
+    const auto inference = model::AdaptedForward(*bb)(in.images, in.tokens, in.mask, batch);
+    CHECK(close(inference.tokens, grouped.tokens.detach()));
+  }
   std::vector<torch::Tensor> losses;
   offset = 0;
   for (std::size_t i = 0; i < members.size(); ++i) {
@@ -160,6 +186,11 @@ TEST_CASE("a grouped pass of four adapters of different ranks and two head-only 
     const auto alone = model::AdaptedForward(*bb)(alone_in.images, alone_in.tokens, alone_in.mask, own);
     CHECK(close(mine.pooled, alone.pooled));
     CHECK(close(mine.tokens, alone.tokens));
+    {
+      torch::NoGradGuard no_grad;  // one segment, in place: a matmul and a broadcast B
+      CHECK(close(model::AdaptedForward(*bb)(alone_in.images, alone_in.tokens, alone_in.mask, own).tokens,
+                  alone.tokens.detach()));
+    }
     probe_loss(alone, i).backward();
     const auto k = static_cast<std::size_t>(std::find_if(slots.begin(), slots.end(), [&](auto& s) { return s.get() == m.slot; }) - slots.begin());
     const auto params = m.slot->head().parameters();
