@@ -73,10 +73,12 @@ std::int64_t max_rank(const std::vector<torch::Tensor>& as) {
   return r;
 }
 
-// The shrink h = x A_k of every adapted sample, [M, S, r], with As one [in, r] per segment, all of
-// one rank (pad_a). Unscaled.
-torch::Tensor shrink(const torch::Tensor& x, const AdapterLayout& l, const std::vector<torch::Tensor>& As) {
+// The shrink h = x A_k of every adapted sample, [M, S, r], with As one [in, r_k] per segment,
+// padded to the largest rank r. Unscaled.
+torch::Tensor shrink(const torch::Tensor& x, const AdapterLayout& l, std::vector<torch::Tensor> As) {
   if (l.single) return torch::matmul(x, As[0]);
+  const auto rank = max_rank(As);
+  for (auto& a : As) a = pad_a(a, rank);
   auto a_rows = torch::stack(As);                        // [T, in, r]
   if (l.idx.defined()) a_rows = a_rows.index_select(0, l.idx);  // per sample
   return torch::bmm(l.sel.defined() ? x.index_select(0, l.sel) : x, a_rows);
@@ -142,10 +144,7 @@ torch::Tensor segmented_lora_delta(const torch::Tensor& x, const std::vector<std
   auto delta = torch::zeros({x.size(0), x.size(1), out_features}, x.options());
   if (first.empty()) return delta;
   const auto l = make_layout(x, first, rows, scales);
-  const auto rank = max_rank(As);
-  std::vector<torch::Tensor> padded;
-  for (const auto& a : As) padded.push_back(pad_a(a, rank));
-  expand_into(delta, l, shrink(x, l, padded), Bs);
+  expand_into(delta, l, shrink(x, l, As), Bs);
   return delta;
 }
 
@@ -179,9 +178,7 @@ bool AdapterBatch::adapts(std::int64_t block, Projection p) const {
 torch::Tensor AdapterBatch::apply(std::int64_t block, Projection p, const torch::Tensor& x, torch::Tensor base) const {
   if (!adapts(block, p)) return base;
   const auto& l = layout(x);
-  auto As = weights(block, p, true, x.size(-1), base.size(-1), x.options());
-  const auto rank = max_rank(As);
-  for (auto& a : As) a = pad_a(a, rank);
+  const auto As = weights(block, p, true, x.size(-1), base.size(-1), x.options());
   // In place only where autograd records nothing: a Linear's output may be a view of its GEMM's,
   // and an in-place op on a view records a copy of the whole gradient (CopySlices).
   return expand_into(base, l, shrink(x, l, As), weights(block, p, false, x.size(-1), base.size(-1), x.options()),
@@ -191,7 +188,7 @@ torch::Tensor AdapterBatch::apply(std::int64_t block, Projection p, const torch:
 torch::Tensor AdapterBatch::apply_qkv(std::int64_t block, const torch::Tensor& x, torch::Tensor base) const {
   // One shrink for q, k and v together (each segment's three A's side by side, each padded to
   // its projection's largest rank), then an expand per projection into its own column block of
-  // the base output, in place. (Fusing the expands too, with a block-diagonal B, measured slower:
+  // the base output (in place without autograd). (Fusing the expands too, with a block-diagonal B, measured slower:
   // building that B each pass and 3x the expand's work cost more than the two GEMMs it saves.)
   const auto d = base.size(-1) / 3;
   std::vector<Projection> adapted;
