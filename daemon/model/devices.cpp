@@ -51,18 +51,20 @@ std::unique_lock<std::mutex> seed_global_generator(std::uint64_t seed) {
   return lock;
 }
 
-at::Generator seeded_generator(const torch::Device& device, std::uint64_t seed) {
-  // A clone of the device's default generator is a generator of the device's own kind, without
-  // naming CUDA's types here; reseeding resets everything the clone copied.
-  at::Generator source = at::globalContext().defaultGenerator(device);  // shares the default one
-  at::Generator g;
-  {
-    std::lock_guard lock(source.mutex());
-    g = source.clone();
-  }
-  std::lock_guard lock(g.mutex());
-  g.set_current_seed(seed);
-  return g;
+at::Generator seeded_generator(std::uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
+
+namespace {
+torch::Tensor on_device(torch::Tensor host, const torch::TensorOptions& options) {
+  return host.to(options.device(), options.dtype().toScalarType());  // no copy when both match
+}
+}  // namespace
+
+torch::Tensor normal_draws(at::IntArrayRef sizes, at::Generator& gen, const torch::TensorOptions& options) {
+  return on_device(torch::randn(sizes, gen, torch::kFloat32), options);
+}
+
+torch::Tensor uniform_draws(at::IntArrayRef sizes, at::Generator& gen, const torch::TensorOptions& options) {
+  return on_device(torch::rand(sizes, gen, torch::kFloat32), options);
 }
 
 torch::Tensor host_copy(const torch::Tensor& t) { return t.is_cpu() ? t.clone() : t.to(torch::kCPU); }

@@ -18,9 +18,17 @@ torch::Device parse_device(const std::string& name);
 // The replicas' devices: `names` parsed, or where it is empty every visible CUDA device, else the CPU.
 std::vector<torch::Device> resolve_devices(const std::vector<std::string>& names);
 
-// A generator of `device` seeded with `seed`: a CPU one is exactly
-// at::make_generator<at::CPUGeneratorImpl>(seed); a CUDA one is that device's (Philox) kind.
-at::Generator seeded_generator(const torch::Device& device, std::uint64_t seed);
+// A tenant's random stream: exactly at::make_generator<at::CPUGeneratorImpl>(seed), whatever
+// device the tenant's slot is on. Its draws are made on the host and moved (the two functions
+// below), so one seed gives the same noise on the CPU and on any GPU: a CUDA generator is a
+// Philox stream, which would give other draws than the CPU's Mersenne Twister for the same seed
+// (a flow head trained on cuda:0 differed from the CPU's by 14.7, relative, on an H200), and it
+// would make a checkpoint's RNG state device-specific.
+at::Generator seeded_generator(std::uint64_t seed);
+// N(0, 1) and U[0, 1) draws of `sizes` from the CPU generator `gen`, made in float32 on the
+// host, then moved to `options`' device and dtype (a few kilobytes per step: one small copy).
+torch::Tensor normal_draws(at::IntArrayRef sizes, at::Generator& gen, const torch::TensorOptions& options);
+torch::Tensor uniform_draws(at::IntArrayRef sizes, at::Generator& gen, const torch::TensorOptions& options);
 
 // LibTorch's global CPU generator, seeded with `seed`, held by the caller until the lock goes.
 // Module initialisations draw from it (a head's, an adapter's, an RL job's value head): they are

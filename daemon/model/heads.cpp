@@ -1,5 +1,7 @@
 #include "daemon/model/heads.hpp"
 
+#include "daemon/model/devices.hpp"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -57,8 +59,8 @@ class FlowHead : public ActionHead {
   // The source noise x0 and the time t of every sample, drawn in that order: [n, chunk * A + 1].
   torch::Tensor draw_noise(std::int64_t n, at::Generator& gen, const torch::TensorOptions& options) override {
     const auto width = spec_.chunk * spec_.action_dim;
-    auto x0 = torch::randn({n, width}, gen, options) * spec_.flow_noise;
-    auto t = torch::rand({n, 1}, gen, options);
+    auto x0 = normal_draws({n, width}, gen, options) * spec_.flow_noise;
+    auto t = uniform_draws({n, 1}, gen, options);
     return torch::cat({x0, t}, 1);
   }
   torch::Tensor loss_drawn(const VLAFeature& f, const torch::Tensor& state, const torch::Tensor& actions,
@@ -75,7 +77,7 @@ class FlowHead : public ActionHead {
   torch::Tensor predict(const VLAFeature& f, const torch::Tensor& state, at::Generator& gen) override {
     const auto n = f.pooled.size(0);
     const auto cond = condition(f, state);
-    auto x = torch::randn({n, spec_.chunk * spec_.action_dim}, gen, f.pooled.options()) * spec_.flow_noise;
+    auto x = normal_draws({n, spec_.chunk * spec_.action_dim}, gen, f.pooled.options()) * spec_.flow_noise;
     const double dt = 1.0 / static_cast<double>(spec_.flow_steps);
     for (std::int64_t k = 0; k < spec_.flow_steps; ++k) {
       auto t = torch::full({n, 1}, k * dt, x.options());

@@ -13,8 +13,8 @@ TenantSlot::TenantSlot(const HeadSpec& spec, const OptimizerConfig& opt, std::in
     : config_(opt),
       feature_dim_(feature_dim),
       device_(device),
-      rng_(seeded_generator(device, seed)),
-      inference_rng_(seeded_generator(device, seed ^ 0x9E3779B97F4A7C15ull)) {
+      rng_(seeded_generator(seed)),
+      inference_rng_(seeded_generator(seed ^ 0x9E3779B97F4A7C15ull)) {
   {
     // Head initialisation draws from the global generator: make it a function of the seed.
     const auto lock = seed_global_generator(seed);
@@ -80,7 +80,7 @@ TenantSlot::Acted TenantSlot::act(const VLAFeature& f, const torch::Tensor& stat
   ActionHead* head = versions_.empty() ? head_.get() : versions_.rbegin()->second.get();
   torch::NoGradGuard no_grad;
   auto out = gaussian_outputs(*head, f, state);
-  auto noise = torch::randn(out.mean.sizes(), rng_, out.mean.options());
+  auto noise = normal_draws(out.mean.sizes(), rng_, out.mean.options());
   auto actions = out.mean + torch::exp(out.log_std) * noise;
   return {actions, gaussian_log_prob(out, actions), latest_version()};
 }

@@ -123,9 +123,10 @@ class TenantSlot {
   // Checkpoint: `<path>.safetensors` (head parameters, AdamW moments, RNG state, the published
   // versions still held) and `<path>.json` (the manifest: head spec, optimizer config, step,
   // versions, caller's extra fields). load() throws std::runtime_error on a bad file. A
-  // checkpoint saved on one device loads on any: tensors are stored from the host; a training
-  // RNG saved by another kind of device (a CUDA Philox state on a CPU slot, or the reverse) can
-  // not be carried over, so the loaded slot's stream is reseeded from the saved state's bytes.
+  // checkpoint saved on one device loads on any and goes on with the same draws: tensors are
+  // stored from the host, and the training RNG is a CPU generator on every device (devices.hpp).
+  // (A file from before that, written by a slot on a GPU, holds a CUDA Philox state, which
+  // cannot be carried over: the loaded stream is reseeded from its bytes.)
   void save(const std::string& path, const nlohmann::json& extra = {}) const;
   struct Loaded;
   // About how many bytes save() writes (parameters, AdamW moments, published versions): what a
@@ -157,6 +158,7 @@ class TenantSlot {
   OptimizerConfig config_;
   std::int64_t feature_dim_;
   torch::Device device_;
+  // Both CPU generators whatever device_ is (seeded_generator): draws move to the device.
   at::Generator rng_;            // training: SFT noise (flow), RL action sampling; checkpointed
   at::Generator inference_rng_;  // predict only; not training state, so not checkpointed
   std::int64_t steps_ = 0;

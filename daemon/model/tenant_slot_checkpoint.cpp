@@ -102,7 +102,7 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
     f.tensors.emplace("adamw.exp_avg_sq." + item.key(), to_safetensor(st.exp_avg_sq()));
     adam_step = st.step();
   }
-  f.tensors.emplace("rng", to_safetensor(rng_.get_state()));  // the host form of either kind
+  f.tensors.emplace("rng", to_safetensor(rng_.get_state()));
   std::vector<std::uint64_t> versions;
   for (const auto& [v, head] : versions_) {
     versions.push_back(v);
@@ -118,7 +118,7 @@ void TenantSlot::save(const std::string& path, const nlohmann::json& extra) cons
       {"optimizer", {{"lr", config_.lr}, {"beta1", config_.beta1}, {"beta2", config_.beta2},
                      {"weight_decay", config_.weight_decay}, {"grad_clip", config_.grad_clip}}},
       {"steps", steps_},
-      {"rng_device", device_.is_cuda() ? "cuda" : "cpu"},
+      {"rng_device", "cpu"},  // the generator's kind, on every device (devices.hpp)
       {"adamw_step", adam_step},
       {"versions", versions},
       {"published", published_},
@@ -169,10 +169,10 @@ TenantSlot::Loaded TenantSlot::load(const std::string& path, std::int64_t featur
     auto rng = f.tensors.find("rng");
     if (rng == f.tensors.end()) throw std::runtime_error("checkpoint " + path + ": no rng state");
     const auto rng_state = from_safetensor(rng->second, rng->second.shape, "U8", "rng");
-    if (manifest.value("rng_device", "cpu") == (device.is_cuda() ? "cuda" : "cpu")) {
+    if (manifest.value("rng_device", "cpu") == "cpu") {
       slot->rng_.set_state(rng_state);
-    } else {  // another kind of generator's state: reseed from it (see header)
-      slot->rng_ = seeded_generator(device, fnv(kFnvBasis, rng_state));
+    } else {  // a CUDA Philox state, saved before every slot's stream was a CPU one (see header)
+      slot->rng_ = seeded_generator(fnv(kFnvBasis, rng_state));
     }
     slot->steps_ = manifest.at("steps");
     // Published versions (checkpoints from before they were saved have none).

@@ -54,14 +54,38 @@ TEST_CASE("devices: cpu and visible cuda:N are devices, anything else is refused
 }
 
 TEST_CASE("devices: a CPU slot generator is the CPU generator of the seed, bit for bit", "[model][devices]") {
-  auto ours = model::seeded_generator(torch::kCPU, 42);
+  auto ours = model::seeded_generator(42);
   auto reference = at::make_generator<at::CPUGeneratorImpl>(42);
   torch::randn({7}, ours);  // both streams advance alike, normals' cached halves included
   torch::randn({7}, reference);
   CHECK(torch::equal(torch::randn({5, 3}, ours), torch::randn({5, 3}, reference)));
   CHECK(torch::equal(ours.get_state(), reference.get_state()));
-  auto again = model::seeded_generator(torch::kCPU, 42);
+  auto again = model::seeded_generator(42);
   CHECK_FALSE(torch::equal(again.get_state(), ours.get_state()));  // a fresh stream, not a shared one
+}
+
+TEST_CASE("devices: a slot's noise is its seed's CPU stream on every device: drawn on the host and moved",
+          "[model][devices]") {
+  auto gen = model::seeded_generator(5);
+  auto reference = at::make_generator<at::CPUGeneratorImpl>(5);
+  const auto as_double = torch::TensorOptions().dtype(torch::kFloat64);
+  const auto normal = model::normal_draws({4, 3}, gen, as_double);
+  CHECK(normal.dtype() == torch::kFloat64);
+  CHECK(torch::equal(normal, torch::randn({4, 3}, reference, torch::kFloat32).to(torch::kFloat64)));
+  CHECK(torch::equal(model::uniform_draws({6}, gen, torch::kFloat32), torch::rand({6}, reference, torch::kFloat32)));
+  // A flow head's source noise and times: the same draws, in that order, scaled.
+  const model::HeadSpec spec{.kind = "flow", .action_dim = 2, .chunk = 3, .hidden = 16};
+  auto head = model::make_head(spec, 32);
+  auto drawn = head->draw_noise(5, gen, torch::kFloat32);
+  auto x0 = torch::randn({5, 6}, reference, torch::kFloat32) * spec.flow_noise;
+  auto t = torch::rand({5, 1}, reference, torch::kFloat32);
+  CHECK(torch::equal(drawn, torch::cat({x0, t}, 1)));
+  CHECK(torch::equal(gen.get_state(), reference.get_state()));
+  if (!have_cuda()) return;
+  const torch::Device gpu(torch::kCUDA, 0);
+  auto on_gpu = model::seeded_generator(5), on_cpu = model::seeded_generator(5);
+  CHECK(torch::equal(head->draw_noise(7, on_gpu, torch::TensorOptions().device(gpu)).cpu(),
+                     head->draw_noise(7, on_cpu, torch::kFloat32)));
 }
 
 TEST_CASE("devices: gradient clipping keeps its norm on the device and equals LibTorch's", "[model][devices]") {
@@ -94,7 +118,7 @@ TEST_CASE("devices: a NaN loss is refused after backward, with no update and the
   const auto f = random_features(4, 32);
   slot.sft_step(f, {}, torch::zeros({4, 1, 2}));
   const auto before = slot.digest();
-  auto gen = model::seeded_generator(torch::kCPU, 1);
+  auto gen = model::seeded_generator(1);
   try {
     slot.policy_step([&](model::ActionHead& head) { return head.loss(f, {}, torch::zeros({4, 1, 2}), gen) * std::nan(""); });
     FAIL("a NaN loss made a step");
@@ -112,7 +136,7 @@ TEST_CASE("devices: a NaN loss is refused after backward, with no update and the
   CHECK(slot.digest().parameters == twin.digest().parameters);
 }
 
-TEST_CASE("devices: a checkpoint whose RNG is another device kind's loads, reseeded from it", "[model][devices]") {
+TEST_CASE("devices: a checkpoint whose RNG is a CUDA state (written before slots drew on the host) loads reseeded", "[model][devices]") {
   test::TempDir dir;
   const model::HeadSpec spec{.kind = "flow", .action_dim = 2, .chunk = 2, .hidden = 16};
   model::TenantSlot slot(spec, {}, 32, 8);
@@ -122,6 +146,8 @@ TEST_CASE("devices: a checkpoint whose RNG is another device kind's loads, resee
   auto file = model::read_safetensors(path + ".safetensors");
   auto manifest = nlohmann::json::parse(file.metadata.at("nexus.manifest"));
   CHECK(manifest.at("rng_device") == "cpu");
+  CHECK(file.tensors.at("rng").data.size() ==
+        static_cast<std::size_t>(at::make_generator<at::CPUGeneratorImpl>(1).get_state().numel()));
   // What a slot on a GPU writes: its generator's kind, and a Philox state (seed and offset).
   manifest["rng_device"] = "cuda";
   file.metadata["nexus.manifest"] = manifest.dump();
@@ -139,23 +165,27 @@ TEST_CASE("devices: a slot on a CUDA device trains like one on the CPU, and its 
           "[model][devices][cuda]") {
   if (!have_cuda()) return;
   const torch::Device gpu(torch::kCUDA, 0);
-  const model::HeadSpec spec{.kind = "mlp_chunk", .action_dim = 2, .chunk = 2, .hidden = 32};
-  model::TenantSlot on_cpu(spec, {}, 32, 4), on_gpu(spec, {}, 32, 4, gpu);
-  REQUIRE(on_gpu.head().parameters().front().device() == gpu);
-  torch::manual_seed(9);
-  const auto target = torch::randn({8, 2, 2});
-  for (int i = 0; i < 20; ++i) {
-    const auto a = on_cpu.sft_step(random_features(8, 32), {}, target);
-    const auto b = on_gpu.sft_step(random_features(8, 32, gpu), {}, target.to(gpu));
-    INFO("step " << i << ": cpu " << a.loss << ", cuda " << b.loss);
-    CHECK(b.loss == Approx(a.loss).epsilon(1e-3));
+  for (const char* kind : {"mlp_chunk", "flow"}) {  // flow draws noise and times every step
+    INFO(kind);
+    const model::HeadSpec spec{.kind = kind, .action_dim = 2, .chunk = 2, .hidden = 32};
+    model::TenantSlot on_cpu(spec, {}, 32, 4), on_gpu(spec, {}, 32, 4, gpu);
+    REQUIRE(on_gpu.head().parameters().front().device() == gpu);
+    torch::manual_seed(9);
+    const auto target = torch::randn({8, 2, 2});
+    for (int i = 0; i < 20; ++i) {
+      const auto a = on_cpu.sft_step(random_features(8, 32), {}, target);
+      const auto b = on_gpu.sft_step(random_features(8, 32, gpu), {}, target.to(gpu));
+      INFO("step " << i << ": cpu " << a.loss << ", cuda " << b.loss);
+      CHECK(b.loss == Approx(a.loss).epsilon(1e-3));
+    }
+    test::TempDir dir;
+    on_gpu.save(dir.path + "/gpu");
+    auto back = model::TenantSlot::load(dir.path + "/gpu", 32);
+    CHECK(back.slot->digest().parameters == on_gpu.digest().parameters);
+    const auto f = random_features(8, 32);
+    if (spec.kind == "mlp_chunk")  // a flow prediction draws from each slot's own inference stream
+      CHECK(torch::allclose(back.slot->predict(f, {}), on_gpu.predict(random_features(8, 32, gpu), {}).cpu(), 1e-4, 1e-5));
   }
-  test::TempDir dir;
-  on_gpu.save(dir.path + "/gpu");
-  auto back = model::TenantSlot::load(dir.path + "/gpu", 32);
-  CHECK(back.slot->digest().parameters == on_gpu.digest().parameters);
-  const auto f = random_features(8, 32);
-  CHECK(torch::allclose(back.slot->predict(f, {}), on_gpu.predict(random_features(8, 32, gpu), {}).cpu(), 1e-4, 1e-5));
 }
 
 namespace {
