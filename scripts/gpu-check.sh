@@ -5,7 +5,9 @@
 # references and `nexus-bench group` measures grouped passes, each cell repeated. Without a GPU
 # it says so, and what it could not run, and exits 0 when everything it could run passed. Where
 # a GPU is it also runs the model code's device path: a slot on cuda:0 against one on the CPU
-# (model.devices: ...), and eight tenants through a nexusd on cuda:0 against one on the CPU.
+# (model.devices: ...), CUDA regions exported by a tenant and mapped by nexusd (their tests skip
+# the mapping half without a driver), and eight tenants through a nexusd on cuda:0 against one
+# on the CPU.
 #   scripts/gpu-check.sh [--out DIR] [--preset release]   (figures: DIR/gpu-check.json)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,7 +43,7 @@ log "nvcc $nvcc_version: $cuda_objects of $cuda_sources CUDA sources compiled"
 if [ "$cuda_objects" -ne "$cuda_sources" ]; then log "FAIL: a CUDA source was not compiled"; exit 1; fi
 
 log "kernel and device tests (CPU references always; CUDA against them where a GPU is)"
-if ! (cd "$here" && ctest --preset "$preset" -V -R 'CUDA kernels|group pack|partition scatter|SGMV|model\.devices: ') >"$out/kernels.log" 2>&1; then
+if ! (cd "$here" && ctest --preset "$preset" -V -R 'CUDA kernels|group pack|partition scatter|SGMV|model\.devices: |CUDA region|device region') >"$out/kernels.log" 2>&1; then
   cat "$out/kernels.log" >&2
   log "FAIL: kernel tests (log: $out/kernels.log)"
   exit 1

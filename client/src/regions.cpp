@@ -9,6 +9,7 @@
 #include "client_state.hpp"
 #include "nexus/client.hpp"
 #include "schema/control_frame.hpp"
+#include "schema/cuda_vmm.hpp"
 
 namespace nexus {
 
@@ -29,14 +30,34 @@ Tensor Region::tensor(DType dtype, std::vector<std::int64_t> shape, std::uint64_
   return t;
 }
 
+namespace {
+
+// Hands nexusd a region's descriptor (first, over the control socket) and registers it; returns
+// the id nexusd gave it. The caller closes fd.
+std::uint32_t register_descriptor(detail::ClientState& state, wire::RegionKind kind, int fd, std::uint64_t bytes) {
+  std::lock_guard lock(state.descriptor_mu);
+  const std::uint8_t marker = 0;
+  if (!schema::send_frame(state.attachment->socket, {&marker, 1}, {&fd, 1}))
+    throw Error(ErrorCode::DaemonGone, "the control socket closed");
+  const auto id = state.submit(wire::Body::RegisterRegionRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
+    return wire::CreateRegisterRegionRequest(fbb, kind, bytes).Union();
+  });
+  const auto reply = state.wait_reply(id, std::chrono::steady_clock::now() + state.options.timeout);
+  return detail::reply_message(reply, wire::Body::RegisterRegionReply)->body_as_RegisterRegionReply()->region();
+}
+
+struct Closer {
+  int fd;
+  ~Closer() { ::close(fd); }
+};
+
+}  // namespace
+
 Region Client::register_host_region(std::uint64_t bytes) {
   if (bytes == 0) throw Error(ErrorCode::BadTensor, "a region needs bytes > 0");
   const int fd = ::memfd_create("nexus-region", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) throw Error(ErrorCode::Internal, std::string("memfd_create: ") + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
+  Closer closer{fd};
   // Sealed against shrinking: nexusd refuses memory that could be truncated under its mapping.
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0 || ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0)
     throw Error(ErrorCode::Internal, std::string("sizing and sealing the region: ") + std::strerror(errno));
@@ -46,15 +67,25 @@ Region Client::register_host_region(std::uint64_t bytes) {
   region.bytes_ = bytes;
   region.memory_ = std::shared_ptr<std::uint8_t>(static_cast<std::uint8_t*>(p),
                                                  [bytes](std::uint8_t* q) { ::munmap(q, bytes); });
-  std::lock_guard lock(state_->descriptor_mu);
-  const std::uint8_t marker = 0;
-  if (!schema::send_frame(state_->attachment->socket, {&marker, 1}, {&fd, 1}))
-    throw Error(ErrorCode::DaemonGone, "the control socket closed");
-  const auto id = state_->submit(wire::Body::RegisterRegionRequest, [&](flatbuffers::FlatBufferBuilder& fbb) {
-    return wire::CreateRegisterRegionRequest(fbb, wire::RegionKind::Host, bytes).Union();
-  });
-  const auto reply = state_->wait_reply(id, std::chrono::steady_clock::now() + state_->options.timeout);
-  region.id_ = detail::reply_message(reply, wire::Body::RegisterRegionReply)->body_as_RegisterRegionReply()->region();
+  region.id_ = register_descriptor(*state_, wire::RegionKind::Host, fd, bytes);
+  return region;
+}
+
+Region Client::register_device_region(std::uint64_t bytes, int device) {
+  if (bytes == 0) throw Error(ErrorCode::BadTensor, "a region needs bytes > 0");
+  auto made = cuda_vmm::allocate_exportable(device, bytes);
+  if (auto* f = std::get_if<cuda_vmm::Failure>(&made))
+    throw Error(f->no_driver ? ErrorCode::WrongMessageType : ErrorCode::Internal,
+                "this process cannot make a CUDA region: " + f->reason);
+  auto& m = std::get<cuda_vmm::Exported>(made);
+  Closer closer{m.fd};  // nexusd gets its own copy of the descriptor over the socket
+  Region region;
+  region.bytes_ = m.bytes;
+  region.device_ = m.device;
+  // The allocation's holder keeps it mapped here; the pointer is the device address.
+  auto* address = reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(m.address));
+  region.memory_ = std::shared_ptr<std::uint8_t>(m.holder, address);
+  region.id_ = register_descriptor(*state_, wire::RegionKind::CudaFd, m.fd, m.bytes);
   return region;
 }
 

@@ -151,6 +151,7 @@ class Reactor {
   TenantRegistry registry_;
   ReplyBuilder replies_;
   std::unique_ptr<RegionImporter> host_importer_ = host_region_importer();
+  std::unique_ptr<RegionImporter> cuda_importer_ = cuda_region_importer();
   std::vector<std::uint8_t> scratch_;  // private copy of the message being decoded
   std::chrono::steady_clock::time_point next_textfile_{};
   std::shared_ptr<std::atomic<bool>> textfile_busy_ = std::make_shared<std::atomic<bool>>(false);

@@ -27,18 +27,18 @@ void Reactor::register_region(TenantSession& s, std::uint64_t request_id, const 
   if (!config_.allow_device_regions)
     return refuse(wire::ErrorCode::PermissionDenied, "regions are off on this nexusd ([ipc] allow_device_regions)");
   if (fd < 0) return refuse(wire::ErrorCode::BadMessage, "send the region's descriptor on the control socket first");
-  if (req.kind() == wire::RegionKind::CudaFd)
-    return refuse(wire::ErrorCode::BadMessage,
-                  "CUDA regions are not imported by this nexusd yet (its CUDA importer is not built; docs/design/gpu.md): "
-                  "register a host region");
-  auto added = s.regions->add(*host_importer_, fd, req.bytes());  // owns fd from here
+  if (req.kind() != wire::RegionKind::Host && req.kind() != wire::RegionKind::CudaFd)
+    return refuse(wire::ErrorCode::BadMessage, "unknown region kind");
+  auto& importer = req.kind() == wire::RegionKind::CudaFd ? *cuda_importer_ : *host_importer_;
+  auto added = s.regions->add(importer, fd, req.bytes());  // owns fd from here
   if (auto* refusal = std::get_if<RegionRefusal>(&added)) {
     ++s.errors;
     push_reply(s, replies_.error(request_id, refusal->code, refusal->reason));
     return;
   }
   const auto r = std::get<RegionTable::Registered>(added);
-  NEXUS_LOG(info, "region", "tenant={} region={} bytes={}", s.name, r.id, r.bytes);
+  NEXUS_LOG(info, "region", "tenant={} region={} bytes={} kind={}", s.name, r.id, r.bytes,
+            wire::EnumNameRegionKind(req.kind()));
   push_reply(s, replies_.region_registered(request_id, r.id, r.bytes));
 }
 

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "schema/cuda_vmm.hpp"
 #include "schema/tensor_ref.hpp"
 
 namespace nexus::daemon {
@@ -45,7 +46,31 @@ class HostImporter final : public RegionImporter {
   }
 };
 
+class CudaImporter final : public RegionImporter {
+ public:
+  std::variant<ImportedMemory, RegionRefusal> import(int fd, std::uint64_t bytes) override {
+    auto imported = cuda_vmm::import_and_map(fd, bytes);  // closes fd
+    if (auto* f = std::get_if<cuda_vmm::Failure>(&imported)) {
+      const auto code = f->no_driver   ? wire::ErrorCode::WrongMessageType
+                        : f->too_small ? wire::ErrorCode::TensorOutOfBounds
+                                       : wire::ErrorCode::BadMessage;
+      return RegionRefusal{code, f->no_driver ? "this nexusd cannot import CUDA regions: " + f->reason +
+                                                    "; register a host region"
+                                              : "CUDA region: " + f->reason};
+    }
+    auto& m = std::get<cuda_vmm::Imported>(imported);
+    ImportedMemory out;
+    out.base = reinterpret_cast<std::uint8_t*>(static_cast<std::uintptr_t>(m.address));
+    out.bytes = bytes;
+    out.holder = std::move(m.holder);
+    out.cuda_device = m.device;
+    return out;
+  }
+};
+
 }  // namespace
+
+std::unique_ptr<RegionImporter> cuda_region_importer() { return std::make_unique<CudaImporter>(); }
 
 std::unique_ptr<RegionImporter> host_region_importer() { return std::make_unique<HostImporter>(); }
 
@@ -91,7 +116,7 @@ std::variant<RegionTable::Resolved, RegionRefusal> RegionTable::resolve(const wi
     if (const auto at = why.find("the client arena"); at != std::string::npos) why.replace(at, 16, "the region");
     return RegionRefusal{check.code, "region " + std::to_string(ref->region()) + ": " + why};
   }
-  return Resolved{it->second.base + check.offset, check.bytes, it->second.holder};
+  return Resolved{it->second.base + check.offset, check.bytes, it->second.holder, it->second.cuda_device};
 }
 
 std::size_t RegionTable::size() const {

@@ -2,9 +2,8 @@
 // tensors in it by offset and features can be written into it. Registration, bounds, lifetime
 // and the refusal of foreign or stale ids live here, once, for every kind of memory; what
 // differs by kind is how a descriptor becomes memory nexusd can address: an importer. The host
-// importer maps a sealed memfd. A CUDA importer (cuMemImportFromShareableHandle, cuMemMap,
-// cuMemSetAccess on the replica's device) would return device addresses and share everything
-// else here; it is not built yet, so CudaFd registrations are refused with that reason.
+// importer maps a sealed memfd. The CUDA importer maps an exported cuMemCreate allocation on its
+// device (schema/cuda_vmm.hpp) and returns device addresses; everything else here is shared.
 //
 // One table per attachment: an id names memory only in the table of the tenant that registered
 // it, so another tenant's id, or an id after unregister, resolves to nothing (UnknownRegion).
@@ -29,9 +28,10 @@ namespace nexus::daemon {
 
 // Addressable bytes an importer made of a descriptor; released when the last holder goes.
 struct ImportedMemory {
-  std::uint8_t* base = nullptr;
+  std::uint8_t* base = nullptr;  // on the host, or on CUDA device cuda_device
   std::uint64_t bytes = 0;
   std::shared_ptr<void> holder;
+  int cuda_device = -1;  // -1: host memory
 };
 
 struct RegionRefusal {
@@ -50,6 +50,10 @@ class RegionImporter {
 // shared and writable once. Without the seal a tenant could truncate the file under our mapping
 // and turn our next read into SIGBUS; a plain file or a socket is refused too.
 std::unique_ptr<RegionImporter> host_region_importer();
+// A cuMemCreate allocation exported as a POSIX descriptor, mapped read-write on the device it
+// lives on. Refused with WrongMessageType where this machine has no CUDA driver, BadMessage for a
+// descriptor that is not such an allocation, TensorOutOfBounds when it is shorter than registered.
+std::unique_ptr<RegionImporter> cuda_region_importer();
 
 class RegionTable {
  public:
@@ -71,6 +75,7 @@ class RegionTable {
     std::uint8_t* data = nullptr;
     std::uint64_t bytes = 0;
     std::shared_ptr<void> holder;  // keeps the region mapped while the request uses it
+    int cuda_device = -1;          // data is a device address there; -1: host memory
   };
   std::variant<Resolved, RegionRefusal> resolve(const wire::TensorRef* ref) const;
 

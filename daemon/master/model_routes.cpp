@@ -20,6 +20,7 @@ std::optional<model::HostTensor> arena_tensor(const ServiceRequest& r, const wir
     if (auto* refusal = std::get_if<RegionRefusal>(&resolved)) return refuse(refusal->code, refusal->reason);
     auto& region = std::get<RegionTable::Resolved>(resolved);
     t.data = region.data;
+    t.cuda_device = region.cuda_device;  // a device address: the model service must not read it on the host
     regions_held->push_back(std::move(region.holder));  // mapped until the request is done
   } else {
     const auto check = schema::check_tensor_ref(ref, r.segment->layout().client_arena_bytes);

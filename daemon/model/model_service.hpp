@@ -58,6 +58,7 @@ struct HostTensor {
   const void* data = nullptr;
   DType dtype = DType::Float32;
   std::vector<std::int64_t> shape;
+  int cuda_device = -1;  // >= 0: `data` is a device address there (a tenant's CUDA region)
   bool present() const { return data != nullptr; }
 };
 

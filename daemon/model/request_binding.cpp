@@ -1,5 +1,7 @@
 #include "daemon/model/request_binding.hpp"
 
+#include <string_view>
+
 #include "daemon/model/slot_registry.hpp"
 
 namespace nexus::model::detail {
@@ -20,7 +22,20 @@ std::string view(const HostTensor& t, const char* name, DType dtype, const std::
   }
   // Read only, except a features request's `out`; the caller checked the bytes lie inside the
   // memory the request keeps alive, which nexusd may write for `out` (model_routes.cpp).
-  out = torch::from_blob(const_cast<void*>(t.data), shape, torch::TensorOptions().dtype(scalar(dtype)));
+  auto options = torch::TensorOptions().dtype(scalar(dtype));
+  if (t.cuda_device < 0) {
+    out = torch::from_blob(const_cast<void*>(t.data), shape, options);
+    return "";
+  }
+  // A tenant's CUDA region: `out` is written there in place; inputs come to the host with one
+  // copy each, because the batch is packed and checked on the host (the device-side pack is
+  // not built: docs/design/gpu.md).
+  if (!torch::cuda::is_available() || t.cuda_device >= static_cast<int>(torch::cuda::device_count()))
+    return std::string(name) + " is in a CUDA region on device " + std::to_string(t.cuda_device) +
+           ", which this nexusd's LibTorch cannot reach";
+  out = torch::from_blob(const_cast<void*>(t.data), shape,
+                         options.device(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(t.cuda_device))));
+  if (std::string_view(name) != "out") out = out.to(torch::kCPU);
   return "";
 }
 

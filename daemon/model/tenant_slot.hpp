@@ -123,10 +123,8 @@ class TenantSlot {
   // Checkpoint: `<path>.safetensors` (head parameters, AdamW moments, RNG state, the published
   // versions still held) and `<path>.json` (the manifest: head spec, optimizer config, step,
   // versions, caller's extra fields). load() throws std::runtime_error on a bad file. A
-  // checkpoint saved on one device loads on any and goes on with the same draws: tensors are
-  // stored from the host, and the training RNG is a CPU generator on every device (devices.hpp).
-  // (A file from before that, written by a slot on a GPU, holds a CUDA Philox state, which
-  // cannot be carried over: the loaded stream is reseeded from its bytes.)
+  // checkpoint saved on one device loads on any with the same draws to come (tensors stored
+  // from the host, a CPU RNG everywhere); an older file's CUDA Philox state is reseeded from.
   void save(const std::string& path, const nlohmann::json& extra = {}) const;
   struct Loaded;
   // About how many bytes save() writes (parameters, AdamW moments, published versions): what a
@@ -158,7 +156,7 @@ class TenantSlot {
   OptimizerConfig config_;
   std::int64_t feature_dim_;
   torch::Device device_;
-  // Both CPU generators whatever device_ is (seeded_generator): draws move to the device.
+  // CPU generators on every device (seeded_generator); their draws move to the device.
   at::Generator rng_;            // training: SFT noise (flow), RL action sampling; checkpointed
   at::Generator inference_rng_;  // predict only; not training state, so not checkpointed
   std::int64_t steps_ = 0;

@@ -7,10 +7,13 @@
 
 #include <signal.h>
 
+#include <cstring>
+
 #include <nlohmann/json.hpp>
 
 #include "nexus/client.hpp"
 #include "processes.hpp"
+#include "schema/cuda_vmm.hpp"
 #include "tenant_run.hpp"
 
 using namespace nexus::test;
@@ -133,4 +136,65 @@ TEST_CASE("a head in the tenant's process learns on features written into its re
   ::kill(victim, SIGKILL);
   wait_exit(victim, std::chrono::seconds(10));
   CHECK(eventually([&] { return count_mappings(daemon.pid(), "nexus-region") == 0; }, std::chrono::seconds(10)));
+}
+
+// A CUDA region (cuMemCreate memory, exported as a descriptor). Without a driver the client
+// says so and sends nothing; with one, nexusd maps it, reads inputs from it and writes features
+// into it (scripts/gpu-check.sh runs that half).
+TEST_CASE("a device region: without a CUDA driver the client refuses with the reason and registers nothing and with one features go through it",
+          "[integration][model][regions][cuda]") {
+  TempDir dir;
+  Daemon daemon(daemon_args(dir, true));
+  auto c = attach(daemon, "alice");
+  if (const auto why = nexus::cuda_vmm::driver_unavailable_reason(); !why.empty()) {
+    WARN("no CUDA driver here: " << why);
+    try {
+      c->register_device_region(1 << 20);
+      FAIL("a device region was made without a driver");
+    } catch (const nexus::Error& e) {
+      CHECK(e.code() == ErrorCode::WrongMessageType);
+      CHECK_THAT(e.what(), Catch::Contains("cannot make a CUDA region") && Catch::Contains(why));
+    }
+    CHECK(c->register_host_region(1 << 20).id() == 1);  // nothing was registered before it
+    return;
+  }
+  const auto region = c->register_device_region(1 << 20);
+  CHECK(region.id() == 1);
+  CHECK(region.device() == 0);
+  CHECK(region.device_address() != 0);
+  CHECK(region.raw().empty());
+  CHECK(c->register_host_region(1 << 20).id() == 2);
+
+  // Features of one observation written into the device region equal the arena's, bit for bit,
+  // and the observation read from the device region gives them too.
+  const auto bb = c->backbone();
+  const std::int64_t n = 2;
+  auto images = c->alloc(DType::UInt8, {n, 1, bb.image_size, bb.image_size, 3});
+  auto tokens = c->alloc(DType::Int32, {n, bb.max_tokens});
+  auto mask = c->alloc(DType::UInt8, {n, bb.max_tokens});
+  for (std::size_t i = 0; i < images.bytes(); ++i) images.raw()[i] = static_cast<std::uint8_t>(i * 7);
+  for (std::int64_t i = 0; i < n; ++i) nexus::tokenize("reach the red ball", tokens, mask, i);
+  auto in_arena = c->alloc(DType::Float32, {n, bb.feature_dim});
+  c->features({&images, &tokens, &mask, nullptr}, in_arena);
+  const auto out_bytes = static_cast<std::uint64_t>(n * bb.feature_dim * 4);
+  REQUIRE(region.bytes() >= out_bytes + images.bytes() + tokens.bytes() + mask.bytes());
+  const auto out = region.tensor(DType::Float32, {n, bb.feature_dim}, 0);
+  c->features({&images, &tokens, &mask, nullptr}, out);
+  std::vector<std::uint8_t> back(out_bytes);
+  REQUIRE(nexus::cuda_vmm::copy_to_host(region.device(), region.device_address(), back.data(), back.size()).empty());
+  CHECK(std::memcmp(back.data(), in_arena.raw().data(), back.size()) == 0);
+  std::uint64_t at = out_bytes;
+  auto on_device = [&](const nexus::Tensor& t) {
+    REQUIRE(nexus::cuda_vmm::copy_from_host(region.device(), region.device_address() + at, t.raw().data(), t.bytes()).empty());
+    auto moved = region.tensor(t.dtype(), t.shape(), at);
+    at += t.bytes();
+    return moved;
+  };
+  const auto d_images = on_device(images), d_tokens = on_device(tokens), d_mask = on_device(mask);
+  auto from_device = c->alloc(DType::Float32, {n, bb.feature_dim});
+  c->features({&d_images, &d_tokens, &d_mask, nullptr}, from_device);
+  CHECK(std::memcmp(from_device.raw().data(), in_arena.raw().data(), out_bytes) == 0);
+
+  c->unregister_region(region);
+  CHECK(code_of([&] { c->unregister_region(region); }) == ErrorCode::UnknownRegion);
 }

@@ -1,5 +1,5 @@
-// The region bookkeeping (daemon/ipc/regions.hpp) with the host importer: what a tenant's
-// descriptor must be before nexusd maps it, and how references into regions are checked.
+// The region bookkeeping (daemon/ipc/regions.hpp) with the host and CUDA importers: what a
+// tenant's descriptor must be before nexusd maps it, and how references into regions are checked.
 #include <catch2/catch.hpp>
 
 #include <fcntl.h>
@@ -9,6 +9,7 @@
 #include <flatbuffers/flatbuffers.h>
 
 #include "daemon/ipc/regions.hpp"
+#include "schema/cuda_vmm.hpp"
 
 using namespace nexus;
 using daemon::RegionRefusal;
@@ -102,4 +103,74 @@ TEST_CASE("references into a region are checked against its size, and ids die wi
   REQUIRE(std::holds_alternative<RegionRefusal>(over));
   CHECK(std::get<RegionRefusal>(over).code == wire::ErrorCode::QuotaExceeded);
   CHECK(table.size() == RegionTable::kMaxRegions);
+}
+
+// CUDA regions share the table; what differs is the importer (schema/cuda_vmm.hpp). On a machine
+// without a driver every import is refused with that reason; with one, a descriptor that is not
+// a cuMemCreate allocation is. Either way the descriptor is closed and no id is spent.
+TEST_CASE("a CUDA region that is no CUDA allocation or on a machine with no driver is refused and its descriptor closed",
+          "[unit][regions][cuda]") {
+  auto cuda = daemon::cuda_region_importer();
+  auto host = daemon::host_region_importer();
+  RegionTable table(1 << 20);
+  const std::string no_driver = cuda_vmm::driver_unavailable_reason();
+  if (!no_driver.empty()) WARN("no CUDA driver here: " << no_driver);
+  for (int round = 0; round < 3; ++round) {
+    const int fd = memfd(4096, true);  // a host memfd passed off as a CUDA allocation
+    auto r = table.add(*cuda, fd, 4096);
+    REQUIRE(std::holds_alternative<RegionRefusal>(r));
+    const auto& refusal = std::get<RegionRefusal>(r);
+    INFO(refusal.reason);
+    if (no_driver.empty()) {
+      CHECK(refusal.code == wire::ErrorCode::BadMessage);
+      CHECK_THAT(refusal.reason, Catch::Contains("not the descriptor of a CUDA allocation"));
+    } else {
+      CHECK(refusal.code == wire::ErrorCode::WrongMessageType);
+      CHECK_THAT(refusal.reason, Catch::Contains("cannot import CUDA regions") && Catch::Contains("register a host region"));
+    }
+    CHECK(::fcntl(fd, F_GETFD) == -1);  // closed (nothing else opened an fd since)
+  }
+  auto over = table.add(*cuda, memfd(4096, true), 2 << 20);  // the size cap holds before any import
+  REQUIRE(std::holds_alternative<RegionRefusal>(over));
+  CHECK(std::get<RegionRefusal>(over).code == wire::ErrorCode::SegmentTooLarge);
+  CHECK(table.size() == 0);
+  auto first = table.add(*host, memfd(4096, true), 4096);  // refusals spent no id
+  REQUIRE(std::holds_alternative<RegionTable::Registered>(first));
+  CHECK(std::get<RegionTable::Registered>(first).id == 1);
+}
+
+TEST_CASE("a CUDA region: an exported allocation maps on its device and is bounds-checked and a short one is refused",
+          "[unit][regions][cuda]") {
+  if (const auto why = cuda_vmm::driver_unavailable_reason(); !why.empty()) {
+    auto made = cuda_vmm::allocate_exportable(0, 4096);  // the client's side fails cleanly too
+    REQUIRE(std::holds_alternative<cuda_vmm::Failure>(made));
+    CHECK(std::get<cuda_vmm::Failure>(made).no_driver);
+    CHECK(std::get<cuda_vmm::Failure>(made).reason == why);
+    WARN("no CUDA driver here: the mapping half of this case did not run (" << why << ")");
+    return;
+  }
+  auto made = cuda_vmm::allocate_exportable(0, 4096);
+  REQUIRE(std::holds_alternative<cuda_vmm::Exported>(made));
+  auto exported = std::get<cuda_vmm::Exported>(std::move(made));
+  CHECK(exported.bytes >= 4096);
+  auto cuda = daemon::cuda_region_importer();
+  RegionTable table(std::uint64_t{1} << 30);
+  auto added = table.add(*cuda, ::dup(exported.fd), exported.bytes);
+  REQUIRE(std::holds_alternative<RegionTable::Registered>(added));
+  const auto id = std::get<RegionTable::Registered>(added).id;
+  flatbuffers::FlatBufferBuilder fbb;
+  const auto count = static_cast<std::int64_t>(exported.bytes / 4);
+  auto inside = table.resolve(ref(fbb, id, 0, count));
+  REQUIRE(std::holds_alternative<RegionTable::Resolved>(inside));
+  CHECK(std::get<RegionTable::Resolved>(inside).cuda_device == exported.device);
+  CHECK(refusal_of(table.resolve(ref(fbb, id, 4, count))) == wire::ErrorCode::TensorOutOfBounds);
+  // Registered as longer than the allocation: refused, not mapped past its end.
+  auto longer = table.add(*cuda, ::dup(exported.fd), exported.bytes * 2);
+  REQUIRE(std::holds_alternative<RegionRefusal>(longer));
+  CHECK(std::get<RegionRefusal>(longer).code == wire::ErrorCode::TensorOutOfBounds);
+  // The exporter lets go of its allocation and descriptor: nexusd's mapping holds it.
+  ::close(exported.fd);
+  exported.holder.reset();
+  CHECK(std::holds_alternative<RegionTable::Resolved>(table.resolve(ref(fbb, id, 0, count))));
+  CHECK(table.remove(id));
 }

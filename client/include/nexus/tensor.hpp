@@ -52,17 +52,24 @@ class Tensor {
   std::vector<std::int64_t> shape_;
 };
 
-// Memory this process shares with nexusd beside the arena (Client::register_host_region): a
-// sealed memfd mapped here and in nexusd. Requests may name tensors in it by offset, and
-// nexusd may write features into it (Client::features). A handle: copies share the memory,
-// which stays mapped here while any handle or tensor of it lives; nexusd lets go of it at
-// Client::unregister_region or detach.
+// Memory this process shares with nexusd beside the arena: a sealed memfd mapped here and in
+// nexusd (Client::register_host_region), or CUDA device memory (Client::register_device_region).
+// Requests may name tensors in a host region by offset, and nexusd may write features into it
+// (Client::features). A handle: copies share the memory, which stays mapped here while any
+// handle or tensor of it lives; nexusd lets go of it at Client::unregister_region or detach.
 class Region {
  public:
   Region() = default;
   std::uint32_t id() const { return id_; }
   std::uint64_t bytes() const { return bytes_; }
-  std::span<std::uint8_t> raw() const { return {memory_.get(), bytes_}; }
+  // The host bytes; empty for a device region, whose memory this process cannot read directly.
+  std::span<std::uint8_t> raw() const {
+    return device_ < 0 ? std::span<std::uint8_t>{memory_.get(), bytes_} : std::span<std::uint8_t>{};
+  }
+  // -1 for a host region; else the CUDA device (this process's numbering) the memory is on, at
+  // device_address() (for torch::from_blob with that device, or DLPack).
+  int device() const { return device_; }
+  std::uint64_t device_address() const { return device_ < 0 ? 0 : reinterpret_cast<std::uintptr_t>(memory_.get()); }
   // A tensor at `offset` in this region. Throws BadTensor outside the region or misaligned
   // (nexusd checks again, against the size it registered).
   Tensor tensor(DType dtype, std::vector<std::int64_t> shape, std::uint64_t offset) const;
@@ -71,7 +78,8 @@ class Region {
   friend class Client;
   std::uint32_t id_ = 0;
   std::uint64_t bytes_ = 0;
-  std::shared_ptr<std::uint8_t> memory_;
+  std::shared_ptr<std::uint8_t> memory_;  // a device address for a device region
+  int device_ = -1;
 };
 
 }  // namespace nexus
