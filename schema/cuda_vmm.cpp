@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 
 #ifdef NEXUS_HAVE_CUDA_H
 #include <cuda.h>
@@ -40,6 +42,7 @@ struct AccessDesc {
   int flags;
 };
 constexpr Result kSuccess = 0, kInvalidValue = 1;
+constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 40;  // so rounding up cannot wrap
 constexpr int kAllocationPinned = 1, kHandlePosixFd = 1, kLocationDevice = 1, kAccessReadWrite = 3,
               kGranularityMinimum = 0;
 
@@ -125,26 +128,20 @@ Driver load() {
 }
 
 const Driver& driver() {
-  static const Driver d = load();
+  // Never destroyed: a region's holder may be released during exit, after static destructors.
+  static const Driver& d = *new Driver(load());
   return d;
 }
 
-// The device's primary context (the one LibTorch and the CUDA runtime use), retained for as
-// long as this lives and current on this thread while `pushed`.
+// The device's primary context (the one LibTorch and the CUDA runtime use), retained once per
+// device for the rest of the process (as the runtime does: releasing the last reference resets
+// the context, and a tenant without a runtime of its own would create and destroy one per call)
+// and current on this thread while a PrimaryContext lives.
 class PrimaryContext {
  public:
   PrimaryContext(const Driver& d, int ordinal, std::string& why) : d_(d) {
-    int device = 0;
-    if (Result r = d.device_get(&device, ordinal); r != kSuccess) {
-      why = "CUDA device " + std::to_string(ordinal) + ": " + d.error("cuDeviceGet", r);
-      return;
-    }
-    void* ctx = nullptr;
-    if (Result r = d.primary_ctx_retain(&ctx, device); r != kSuccess) {
-      why = d.error("cuDevicePrimaryCtxRetain", r);
-      return;
-    }
-    device_ = device;
+    void* ctx = retained(d, ordinal, why);
+    if (ctx == nullptr) return;
     if (Result r = d.ctx_push(ctx); r != kSuccess) {
       why = d.error("cuCtxPushCurrent", r);
       return;
@@ -152,19 +149,34 @@ class PrimaryContext {
     pushed_ = true;
   }
   ~PrimaryContext() {
-    if (pushed_) {
-      void* popped = nullptr;
-      d_.ctx_pop(&popped);
-    }
-    if (device_ >= 0) d_.primary_ctx_release(device_);
+    if (!pushed_) return;
+    void* popped = nullptr;
+    d_.ctx_pop(&popped);
   }
   PrimaryContext(const PrimaryContext&) = delete;
   PrimaryContext& operator=(const PrimaryContext&) = delete;
   bool ok() const { return pushed_; }
 
  private:
+  static void* retained(const Driver& d, int ordinal, std::string& why) {
+    static std::mutex mu;
+    static std::map<int, void*> contexts;  // guarded by mu
+    std::lock_guard lock(mu);
+    if (auto it = contexts.find(ordinal); it != contexts.end()) return it->second;
+    int device = 0;
+    if (Result r = d.device_get(&device, ordinal); r != kSuccess) {
+      why = "CUDA device " + std::to_string(ordinal) + ": " + d.error("cuDeviceGet", r);
+      return nullptr;
+    }
+    void* ctx = nullptr;
+    if (Result r = d.primary_ctx_retain(&ctx, device); r != kSuccess) {
+      why = d.error("cuDevicePrimaryCtxRetain", r);
+      return nullptr;
+    }
+    contexts.emplace(ordinal, ctx);
+    return ctx;
+  }
   const Driver& d_;
-  int device_ = -1;
   bool pushed_ = false;
 };
 
@@ -191,10 +203,14 @@ struct Mapping {
 };
 
 // Reserves a range for `m.handle` of m.bytes, maps it and makes it read-write for m.ordinal.
-std::string map_and_open(const Driver& d, Mapping& m) {
+// `map_result` is cuMemMap's (kSuccess where it was not reached).
+std::string map_and_open(const Driver& d, Mapping& m, Result* map_result = nullptr) {
   if (Result r = d.address_reserve(&m.address, m.bytes, 0, 0, 0); r != kSuccess) return d.error("cuMemAddressReserve", r);
   m.reserved = true;
-  if (Result r = d.mem_map(m.address, m.bytes, 0, m.handle, 0); r != kSuccess) return d.error("cuMemMap", r);
+  if (Result r = d.mem_map(m.address, m.bytes, 0, m.handle, 0); r != kSuccess) {
+    if (map_result) *map_result = r;
+    return d.error("cuMemMap", r);
+  }
   m.mapped = true;
   AccessDesc access{{kLocationDevice, m.ordinal}, kAccessReadWrite};
   if (Result r = d.set_access(m.address, m.bytes, &access, 1); r != kSuccess) return d.error("cuMemSetAccess", r);
@@ -236,7 +252,7 @@ std::string copy_from_host(int device, std::uint64_t address, const void* src, s
 std::variant<Exported, Failure> allocate_exportable(int device, std::uint64_t bytes) {
   const Driver& d = driver();
   if (!d.unavailable.empty()) return Failure{true, false, d.unavailable};
-  if (bytes == 0) return Failure{false, false, "a region needs bytes > 0"};
+  if (bytes == 0 || bytes > kMaxBytes) return Failure{false, false, "a CUDA region is 1 byte to 1 TiB"};
   std::string why;
   PrimaryContext ctx(d, device, why);
   if (!ctx.ok()) return Failure{false, false, why};
@@ -271,6 +287,7 @@ std::variant<Imported, Failure> import_and_map(int fd, std::uint64_t bytes) {
   } closer{fd};
   const Driver& d = driver();
   if (!d.unavailable.empty()) return Failure{true, false, d.unavailable};
+  if (bytes == 0 || bytes > kMaxBytes) return Failure{false, true, "a CUDA region is 1 byte to 1 TiB"};
   Mapping m;
   {
     std::string why;
@@ -278,17 +295,22 @@ std::variant<Imported, Failure> import_and_map(int fd, std::uint64_t bytes) {
     if (!first.ok()) return Failure{false, false, why};
     if (Result r = d.import_handle(&m.handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(fd)), kHandlePosixFd);
         r != kSuccess)
-      return Failure{false, false, "not the descriptor of a CUDA allocation (cuMemCreate, exported as a POSIX fd): " +
-                                       d.error("cuMemImportFromShareableHandle", r)};
+      return Failure{false, false, "cannot import the descriptor: not a cuMemCreate allocation exported as a POSIX "
+                                   "fd, or one on a GPU nexusd does not see (" +
+                                       d.error("cuMemImportFromShareableHandle", r) + ")"};
     m.have_handle = true;
     AllocationProp prop{};
     std::size_t granularity = 0;
-    Result r = d.properties(&prop, m.handle);
-    if (r == kSuccess && prop.location.type != kLocationDevice) r = kInvalidValue;
-    if (r == kSuccess) r = d.granularity(&granularity, &prop, kGranularityMinimum);
-    if (r != kSuccess) {
+    std::string failed;
+    if (Result r = d.properties(&prop, m.handle); r != kSuccess)
+      failed = d.error("cuMemGetAllocationPropertiesFromHandle", r);
+    else if (prop.location.type != kLocationDevice)
+      failed = "the allocation is not device memory";
+    else if (Result g = d.granularity(&granularity, &prop, kGranularityMinimum); g != kSuccess)
+      failed = d.error("cuMemGetAllocationGranularity", g);
+    if (!failed.empty()) {
       m.undo(d);
-      return Failure{false, false, "an allocation nexusd cannot map: " + d.error("cuMemGetAllocationPropertiesFromHandle", r)};
+      return Failure{false, false, "an allocation nexusd cannot map: " + failed};
     }
     m.ordinal = prop.location.id;
     m.bytes = round_up(bytes, granularity);
@@ -299,8 +321,9 @@ std::variant<Imported, Failure> import_and_map(int fd, std::uint64_t bytes) {
     m.undo(d);
     return Failure{false, false, why};
   }
-  if (auto e = map_and_open(d, m); !e.empty()) {
-    const bool small = m.reserved && !m.mapped;  // cuMemMap refuses a size past the allocation's end
+  Result map_result = kSuccess;
+  if (auto e = map_and_open(d, m, &map_result); !e.empty()) {
+    const bool small = map_result == kInvalidValue;  // cuMemMap's answer to a size past the allocation's end
     m.undo(d);
     return Failure{false, small, small ? "the CUDA allocation is smaller than the " + std::to_string(bytes) +
                                              " bytes registered (" + e + ")"

@@ -50,6 +50,7 @@ Tensor& Tensor::operator=(Tensor&& o) noexcept {
     bytes_ = o.bytes_;
     dtype_ = o.dtype_;
     shape_ = std::move(o.shape_);
+    device_ = o.device_;
     o.data_ = nullptr;
     o.bytes_ = 0;
   }

@@ -27,6 +27,7 @@ Tensor Region::tensor(DType dtype, std::vector<std::int64_t> shape, std::uint64_
   Tensor t(nullptr, memory_.get() + offset, offset, bytes, dtype, std::move(shape));
   t.region_memory_ = memory_;
   t.region_ = id_;
+  t.device_ = device_;
   return t;
 }
 

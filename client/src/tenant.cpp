@@ -26,6 +26,8 @@ void tokenize(std::string_view text, const Tensor& tokens, const Tensor& token_m
   if (tokens.dtype() != DType::Int32 || token_mask.dtype() != DType::UInt8 || tokens.shape().size() != 2 ||
       token_mask.shape() != tokens.shape() || row < 0 || row >= tokens.shape()[0])
     throw Error(ErrorCode::BadTensor, "tokenize needs int32 tokens and uint8 mask of one shape [n, max_tokens]");
+  if (tokens.device() >= 0 || token_mask.device() >= 0)
+    throw Error(ErrorCode::BadTensor, "tokenize writes host memory: tokenize into the arena or a host region, then copy");
   const std::int64_t t = tokens.shape()[1];
   auto tok = tokens.as<std::int32_t>().subspan(static_cast<std::size_t>(row * t), static_cast<std::size_t>(t));
   auto mask = token_mask.as<std::uint8_t>().subspan(static_cast<std::size_t>(row * t), static_cast<std::size_t>(t));

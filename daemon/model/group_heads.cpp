@@ -49,7 +49,16 @@ bool GroupExecutor::run_micro(Bound& b, const VLAFeature& f) {
 void GroupExecutor::run_head(Bound& b, const VLAFeature& f, std::vector<PendingPrediction>& predictions) {
   if (b.kind == Bound::Kind::Features) {  // the tenant's own head will read them: one copy out
     try {
-      b.out.copy_(f.pooled);
+      if (b.out.is_cuda()) {
+        // A tenant's CUDA region. nexusd has it mapped for the region's own device only, so
+        // features from another device come through the host; and the copy must be complete
+        // before the reply: the tenant's reads are on its own streams, in another process, and
+        // the region may be unmapped as soon as the request lets go of it.
+        b.out.copy_(b.out.device() == f.pooled.device() ? f.pooled : f.pooled.to(torch::kCPU));
+        torch::cuda::synchronize(b.out.device().index());
+      } else {
+        b.out.copy_(f.pooled);
+      }
       answer(b, FeaturesWritten{static_cast<std::uint32_t>(b.n), static_cast<std::uint32_t>(f.pooled.size(1))});
     } catch (const std::exception& e) {
       fail(*b.work, Fault::Internal, e.what());

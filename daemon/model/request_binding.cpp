@@ -33,9 +33,13 @@ std::string view(const HostTensor& t, const char* name, DType dtype, const std::
   if (!torch::cuda::is_available() || t.cuda_device >= static_cast<int>(torch::cuda::device_count()))
     return std::string(name) + " is in a CUDA region on device " + std::to_string(t.cuda_device) +
            ", which this nexusd's LibTorch cannot reach";
-  out = torch::from_blob(const_cast<void*>(t.data), shape,
-                         options.device(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(t.cuda_device))));
-  if (std::string_view(name) != "out") out = out.to(torch::kCPU);
+  try {  // from_blob checks the address's device with the runtime; a copy may meet a CUDA error
+    out = torch::from_blob(const_cast<void*>(t.data), shape,
+                           options.device(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(t.cuda_device))));
+    if (std::string_view(name) != "out") out = out.to(torch::kCPU);  // synchronous
+  } catch (const std::exception& e) {
+    return std::string(name) + " in a CUDA region: " + e.what();
+  }
   return "";
 }
 

@@ -164,6 +164,11 @@ void bind_model_calls(py::class_<PyClient>& c) {
         auto region = unlocked(self, [&](Client& c) { return c.register_host_region(nbytes); });
         return PyRegion{self.session(), std::move(region)};
       }, py::arg("nbytes"), "Memory of yours that nexusd maps too (needs [ipc] allow_device_regions).")
+      .def("register_device_region", [](PyClient& self, std::uint64_t nbytes, int device) {
+        auto region = unlocked(self, [&](Client& c) { return c.register_device_region(nbytes, device); });
+        return PyRegion{self.session(), std::move(region)};
+      }, py::arg("nbytes"), py::arg("device") = 0,
+         "CUDA memory of yours on `device` that nexusd maps too (cuMemCreate; raises WrongMessageType without a driver).")
       .def("unregister_region", [](PyClient& self, const PyRegion& r) {
         if (r.session != self.session()) throw py::value_error("region belongs to another nexus.Client");
         unlocked(self, [&](Client& c) { c.unregister_region(r.region); });
@@ -234,12 +239,18 @@ void bind_client(py::module_& m) {
   bind_future<Prediction, py::array_t<float>>(m, "PredictionFuture", &prediction_array);
   bind_future<DigestResult>(m, "DigestFuture", &as_is<DigestResult>);
   bind_future<FeaturesResult>(m, "FeaturesFuture", &as_is<FeaturesResult>);
-  py::class_<PyRegion>(m, "Region", "Memory of yours that nexusd maps too (Client.register_host_region).")
+  py::class_<PyRegion>(m, "Region", "Memory of yours that nexusd maps too (Client.register_host_region, "
+                                    "Client.register_device_region).")
       .def_property_readonly("id", [](const PyRegion& r) { return r.region.id(); })
       .def_property_readonly("nbytes", [](const PyRegion& r) { return r.region.bytes(); })
+      .def_property_readonly("device", [](const PyRegion& r) { return r.region.device(); },
+                             "-1 for host memory, else the CUDA device the region is on.")
+      .def_property_readonly("device_address", [](const PyRegion& r) { return r.region.device_address(); })
       .def("tensor", [](const PyRegion& r, py::object dtype, std::vector<std::int64_t> shape, std::uint64_t offset) {
-        return std::make_shared<PyTensor>(PyTensor{r.session, r.region.tensor(dtype_of(dtype), std::move(shape), offset)});
-      }, py::arg("dtype"), py::arg("shape"), py::arg("offset"), "A tensor at `offset` in the region (no copy).");
+        return std::make_shared<PyTensor>(
+            PyTensor{r.session, r.region.tensor(dtype_of(dtype), std::move(shape), offset)});
+      }, py::arg("dtype"), py::arg("shape"), py::arg("offset"),
+         "A tensor at `offset` in the region (no copy; in a CUDA region only .torch() views it).");
 
   py::class_<PyClient> c(m, "Client", "A tenant's attachment to nexusd (Client.attach).");
   c.def_static("attach", [](const std::string& tenant, const std::string& socket_path, std::uint32_t ring_bytes,

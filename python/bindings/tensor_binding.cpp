@@ -61,12 +61,38 @@ std::vector<py::ssize_t> c_strides(const Tensor& t) {
   return strides;
 }
 
+const Tensor& host_tensor(const PyTensor& p) {
+  if (p.tensor.device() >= 0)
+    throw py::value_error("this tensor is in a CUDA region on cuda:" + std::to_string(p.tensor.device()) +
+                          ": the host cannot read it; use .torch() for a torch.cuda view");
+  return p.tensor;
+}
+
 // A view of the arena whose base is the Tensor object: the array keeps the tensor (and so the
 // attachment) alive as long as it lives.
 py::array as_numpy(py::object self) {
-  const Tensor& t = self.cast<PyTensor&>().tensor;
+  const Tensor& t = host_tensor(self.cast<PyTensor&>());
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
   return py::array(numpy_dtype(t.dtype()), shape, c_strides(t), t.raw().data(), self);
+}
+
+// A torch.cuda tensor over a CUDA region's bytes, through __cuda_array_interface__ (version 3,
+// no stream: nexusd's writes are complete when its reply arrives). The interface object holds
+// the nexus.Tensor, so the region stays mapped while the torch tensor lives.
+py::object cuda_view(py::object torch, py::object self) {
+  const auto& p = self.cast<PyTensor&>();
+  const Tensor& t = p.tensor;
+  static const char* typestr[] = {"|u1", "<i4", "<i8", "<f2", "<i2", "<f4", "<f8"};  // DType order; bf16 as i2
+  py::dict cai;
+  cai["shape"] = py::tuple(py::cast(t.shape()));
+  cai["typestr"] = typestr[static_cast<int>(t.dtype())];
+  cai["data"] = py::make_tuple(t.device_address(), false);
+  cai["version"] = 3;
+  py::object holder = py::module_::import("types").attr("SimpleNamespace")();
+  holder.attr("__cuda_array_interface__") = cai;
+  holder.attr("tensor") = self;
+  py::object view = torch.attr("as_tensor")(holder, py::arg("device") = "cuda:" + std::to_string(t.device()));
+  return t.dtype() == DType::BFloat16 ? view.attr("view")(torch.attr("bfloat16")) : view;
 }
 
 }  // namespace
@@ -75,7 +101,7 @@ void bind_tensor(py::module_& m) {
   py::class_<PyTensor, std::shared_ptr<PyTensor>>(m, "Tensor", py::buffer_protocol(),
                                                    "A tensor in the shared arena (Client.alloc).")
       .def_buffer([](PyTensor& p) {
-        const Tensor& t = p.tensor;
+        const Tensor& t = host_tensor(p);
         std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
         return py::buffer_info(t.raw().data(), static_cast<py::ssize_t>(dtype_size(t.dtype())),
                                buffer_format(t.dtype()), static_cast<py::ssize_t>(shape.size()), shape,
@@ -89,11 +115,12 @@ void bind_tensor(py::module_& m) {
       .def("numpy", &as_numpy, "A numpy view of the arena bytes (no copy; bfloat16 shows as uint16).")
       .def("torch", [](py::object self) {
         py::object torch = py::module_::import("torch");
+        if (self.cast<PyTensor&>().tensor.device() >= 0) return cuda_view(torch, self);
         py::object array = as_numpy(self);
         if (self.cast<PyTensor&>().tensor.dtype() != DType::BFloat16) return torch.attr("from_numpy")(array);
         // bfloat16's bits go through int16 (torch 1.13, Debian's, has no uint16), then are re-viewed.
         return torch.attr("from_numpy")(array.attr("view")(py::dtype("int16"))).attr("view")(torch.attr("bfloat16"));
-      }, "A torch tensor over the arena bytes (no copy).")
+      }, "A torch tensor over the arena bytes, or a torch.cuda one over a CUDA region's (no copy).")
       .def("__len__", [](const PyTensor& p) { return p.tensor.shape().empty() ? 0 : p.tensor.shape()[0]; })
       .def("__repr__", [](const PyTensor& p) {
         std::string dims;

@@ -86,6 +86,37 @@ def features_mode(c):
     raises(nexus.UnknownRegion, lambda: c.features(images, tokens, mask, arena_out), "a region after unregister")
 
 
+def device_region(c):
+    """A CUDA region: refused with the reason where there is no driver; with one, the features
+    nexusd writes there, seen as a torch.cuda tensor, are the arena's bit for bit."""
+    try:
+        region = c.register_device_region(1 << 20)
+    except nexus.WrongMessageType as e:
+        check("cannot make a CUDA region" in str(e), f"no CUDA driver here: a typed refusal with the reason ({e})")
+        host = c.register_host_region(4096)
+        check(host.device == -1 and host.device_address == 0, "a host region says it is host memory")
+        c.unregister_region(host)
+        return
+    import torch
+    bb = c.backbone()
+    n, dim = 2, bb.feature_dim
+    check(region.device == 0 and region.device_address != 0, "a CUDA region on cuda:0")
+    out = region.tensor("float32", [n, dim], 0)
+    raises(ValueError, lambda: out.numpy(), "no host view of a CUDA region")
+    images, tokens, mask = (c.alloc("uint8", [n, 1, bb.image_size, bb.image_size, 3]), c.alloc("int32", [n, bb.max_tokens]),
+                            c.alloc("uint8", [n, bb.max_tokens]))
+    images.numpy().reshape(-1)[:] = np.arange(images.nbytes) % 251
+    for i in range(n):
+        nexus.tokenize("reach the red ball", tokens, mask, i)
+    arena_out = c.alloc("float32", [n, dim])
+    c.features(images, tokens, mask, arena_out)
+    c.features(images, tokens, mask, out)
+    view = out.torch()
+    check(view.is_cuda and torch.equal(view.cpu(), arena_out.torch()),
+          "features written into a CUDA region, as a torch.cuda tensor, equal the arena's bit for bit")
+    c.unregister_region(region)
+
+
 def model_calls(c, other):
     bb = c.backbone()
     n, h, t = 4, bb.image_size, bb.max_tokens
@@ -212,6 +243,7 @@ with Daemon("--allow-device-regions") as d:
             nexus.Client.attach("py-mallory", socket_path=d.socket) as other:
         zero_copy(c)
         features_mode(c)
+        device_region(c)
         model_calls(c, other)
     check(c.closed, "the with block closed the client")
     raises(ValueError, lambda: c.publish(), "a call on a closed client")

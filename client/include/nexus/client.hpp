@@ -120,8 +120,8 @@ class Client {
   // CUDA memory of `bytes` (rounded up to the device's granularity) on `device`, allocated with
   // the driver's virtual memory API (cuMemCreate), exported as a descriptor and mapped by nexusd
   // on its device. Throws WrongMessageType where this process or nexusd has no CUDA driver.
-  // nexusd registers and maps it; its model service does not read or write device regions yet
-  // (a request naming one gets WrongMessageType).
+  // Features are written there in place (complete when the reply arrives); inputs there are
+  // copied to nexusd's host once per tensor, so finish your writes before you send a request.
   Region register_device_region(std::uint64_t bytes, int device = 0);
   // nexusd lets go of it (requests in flight keep it until they finish); later requests naming
   // it get UnknownRegion. Your mapping stays while your handles do.

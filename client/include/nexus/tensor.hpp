@@ -31,11 +31,18 @@ class Tensor {
   std::uint64_t offset() const { return offset_; }  // within the client arena, or its region
   std::uint32_t region() const { return region_; }  // 0: the client arena
   std::uint64_t bytes() const { return bytes_; }
-  std::span<std::uint8_t> raw() const { return {data_, bytes_}; }
+  // The bytes, for this process to read and write; empty for a tensor in a CUDA region, whose
+  // bytes are at device_address() on device().
+  std::span<std::uint8_t> raw() const {
+    return device_ < 0 ? std::span<std::uint8_t>{data_, bytes_} : std::span<std::uint8_t>{};
+  }
   template <class T>
   std::span<T> as() const {
+    if (device_ >= 0) return {};
     return {reinterpret_cast<T*>(data_), bytes_ / sizeof(T)};
   }
+  int device() const { return device_; }  // -1: host memory (the arena or a host region)
+  std::uint64_t device_address() const { return device_ < 0 ? 0 : reinterpret_cast<std::uintptr_t>(data_); }
 
  private:
   friend class Client;
@@ -50,6 +57,7 @@ class Tensor {
   std::uint64_t bytes_ = 0;
   DType dtype_ = DType::UInt8;
   std::vector<std::int64_t> shape_;
+  int device_ = -1;
 };
 
 // Memory this process shares with nexusd beside the arena: a sealed memfd mapped here and in
