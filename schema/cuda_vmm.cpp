@@ -229,24 +229,28 @@ std::shared_ptr<void> holder_of(const Driver& d, const Mapping& m) {
 
 std::string driver_unavailable_reason() { return driver().unavailable; }
 
-std::string copy_to_host(int device, std::uint64_t address, void* dst, std::uint64_t bytes) {
+namespace {
+
+// Runs `call` (a driver call returning a Result) with `device`'s primary context current.
+template <class Call>
+std::string in_context(int device, const char* name, Call call) {
   const Driver& d = driver();
   if (!d.unavailable.empty()) return d.unavailable;
   std::string why;
   PrimaryContext ctx(d, device, why);
   if (!ctx.ok()) return why;
-  const Result r = d.copy_dtoh(dst, address, bytes);
-  return r == kSuccess ? "" : d.error("cuMemcpyDtoH", r);
+  const Result r = call(d);
+  return r == kSuccess ? "" : d.error(name, r);
+}
+
+}  // namespace
+
+std::string copy_to_host(int device, std::uint64_t address, void* dst, std::uint64_t bytes) {
+  return in_context(device, "cuMemcpyDtoH", [&](const Driver& d) { return d.copy_dtoh(dst, address, bytes); });
 }
 
 std::string copy_from_host(int device, std::uint64_t address, const void* src, std::uint64_t bytes) {
-  const Driver& d = driver();
-  if (!d.unavailable.empty()) return d.unavailable;
-  std::string why;
-  PrimaryContext ctx(d, device, why);
-  if (!ctx.ok()) return why;
-  const Result r = d.copy_htod(address, src, bytes);
-  return r == kSuccess ? "" : d.error("cuMemcpyHtoD", r);
+  return in_context(device, "cuMemcpyHtoD", [&](const Driver& d) { return d.copy_htod(address, src, bytes); });
 }
 
 std::variant<Exported, Failure> allocate_exportable(int device, std::uint64_t bytes) {
