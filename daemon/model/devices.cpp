@@ -55,6 +55,11 @@ at::Generator seeded_generator(std::uint64_t seed) { return at::make_generator<a
 
 namespace {
 torch::Tensor on_device(torch::Tensor host, const torch::TensorOptions& options) {
+  // To a GPU from page-locked memory without waiting: a copy from pageable memory would stall
+  // the host until the device has caught up, once per draw (LibTorch's pinned-memory allocator
+  // keeps the block until the copy has run).
+  if (options.device().is_cuda())
+    return host.pin_memory().to(options.device(), options.dtype().toScalarType(), /*non_blocking=*/true);
   return host.to(options.device(), options.dtype().toScalarType());  // no copy when both match
 }
 }  // namespace
