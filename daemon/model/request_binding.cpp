@@ -1,7 +1,5 @@
 #include "daemon/model/request_binding.hpp"
 
-#include <string_view>
-
 #include "daemon/model/slot_registry.hpp"
 
 namespace nexus::model::detail {
@@ -13,8 +11,10 @@ torch::ScalarType scalar(DType d) {
 const char* dtype_name(DType d) { return d == DType::UInt8 ? "uint8" : d == DType::Int32 ? "int32" : "float32"; }
 
 // A view of the tensor where it lies, if dtype and shape are as required; else the reason.
+// `written`: nexusd writes the result there (a features request's `out`), so a tensor in a CUDA
+// region stays on its device; an input comes to the host.
 std::string view(const HostTensor& t, const char* name, DType dtype, const std::vector<std::int64_t>& shape,
-                 torch::Tensor& out) {
+                 torch::Tensor& out, bool written = false) {
   if (!t.present() || t.dtype != dtype || t.shape != shape) {
     std::string want = std::string(name) + " must be " + dtype_name(dtype) + " [";
     for (std::size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
@@ -36,7 +36,7 @@ std::string view(const HostTensor& t, const char* name, DType dtype, const std::
   try {  // from_blob checks the address's device with the runtime; a copy may meet a CUDA error
     out = torch::from_blob(const_cast<void*>(t.data), shape,
                            options.device(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(t.cuda_device))));
-    if (std::string_view(name) != "out") out = out.to(torch::kCPU);  // synchronous
+    if (!written) out = out.to(torch::kCPU);  // synchronous
   } catch (const std::exception& e) {
     return std::string(name) + " in a CUDA region: " + e.what();
   }
@@ -159,7 +159,7 @@ std::optional<Failure> bind(Work& w, SlotEntry* slot, const BackboneConfig& bb, 
     e = view(obs->state, "state", DType::Float32, {n, spec->state_dim}, state);
   }
   if (e.empty() && actions) e = view(*actions, "actions", DType::Float32, {n, spec->chunk, spec->action_dim}, acts);
-  if (e.empty() && out) e = view(*out, "out", DType::Float32, {n, bb.dim}, b.out);  // written in the pass
+  if (e.empty() && out) e = view(*out, "out", DType::Float32, {n, bb.dim}, b.out, true);  // written in the pass
   if (!e.empty()) return Failure{Fault::BadBatch, e};
   // Private copies: what is checked below is exactly what the backbone and the head will read.
   b.tokens = tokens.clone();
