@@ -54,10 +54,19 @@ int main(int argc, char** argv) {
   group_cmd->add_option("--backbone", group.backbone, "tiny or small");
   group_cmd->add_option("--tenants", group.tenants, "tenant counts")->delimiter(',');
   group_cmd->add_option("--batch", group.batches, "local batch sizes")->delimiter(',');
-  group_cmd->add_option("--rounds", group.rounds, "timed requests per tenant per cell");
+  group_cmd->add_option("--device", group.device, "nexusd's device and the in-process ceiling's: cpu, cuda:N, auto (cuda:0 where one is)");
+  group_cmd->add_option("--precision", group.precision, "[model] precision of both: float32, tf32, bf16")
+      ->check(CLI::IsMember({"float32", "tf32", "bf16"}));
+  group_cmd->add_option("--rounds", group.rounds, "timed requests per tenant per cell (0: 4 on the CPU, 64 on a GPU)")
+      ->check(CLI::Range(0, 100000));
   group_cmd->add_option("--repeats", group.repeats, "measurements per cell (median and spread)")->check(CLI::Range(1, 50));
-  group_cmd->add_option("--replicas", group.replicas, "also a daemon with this many CPU replicas (--devices), against one")
+  group_cmd->add_option("--replicas", group.replicas, "also a daemon with this many replicas on the device (--devices), against one")
       ->check(CLI::Range(1, 8));
+  group_cmd->add_option("--latency-requests", group.latency_requests, "batch-1 requests timed one by one (p50, p99)")
+      ->check(CLI::Range(10, 100000));
+  group_cmd->add_option("--utilization-seconds", group.utilization_s,
+                        "on a GPU: how long the widest cells run again while NVML reads its utilization (0: not read)")
+      ->check(CLI::Range(0.0, 60.0));
   group_cmd->add_option("--out", group.out, "directory for group.csv and group.png (default: a new one under /tmp)");
   group_cmd->add_option("--csv", group.csv, "CSV output (default: OUT/group.csv)");
   auto* group_png = group_cmd->add_option("--png", group.png, "plot output (default: OUT/group.png; empty or none: no plot)");

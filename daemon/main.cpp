@@ -31,6 +31,7 @@ nexus::daemon::MasterConfig master_config(const nexus::daemon::DaemonConfig& c) 
   m.model.backbone = c.backbone;
   m.model.devices = c.devices;
   m.model.weights = nexus::daemon::resolve_weights(c);
+  m.model.precision = c.precision;
   m.model.batch = {c.batch_samples, c.batch_wait};
   m.model.group_window_s = c.group_window_ms / 1000.0;
   m.model.min_training_share = c.min_training_share;
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
   std::uint32_t max_tenants = 0;
   std::uint64_t max_segment_mib = 0;
   bool version = false, check_config = false;
-  std::string backbone, weights, state_dir;
+  std::string backbone, weights, state_dir, precision;
   std::vector<std::string> devices;
   bool allow_regions = false;
   std::uint32_t batch_samples = 0;
@@ -126,6 +127,8 @@ int main(int argc, char** argv) {
   app.add_option("--devices", devices, "one backbone replica per device ([model] devices), e.g. --devices cpu cpu")->expected(1, 16);
   app.add_flag("--allow-device-regions", allow_regions, "tenants may register regions of their own ([ipc] allow_device_regions)");
   app.add_option("--weights", weights, "tiny/small: weights (.safetensors; default: tiny's embedded pretrained weights; 'seeded': the untrained init); torchscript: the .pt file; aoti: the .pt2 package");
+  app.add_option("--precision", precision, "the backbone's arithmetic ([model] precision): float32, tf32 (CUDA), bf16")
+      ->check(CLI::IsMember({"float32", "tf32", "bf16"}));
   app.add_option("--state-dir", state_dir, "where checkpoints are kept (default /var/lib/nexus)");
   app.add_option("--batch-samples", batch_samples, "B: a group flushes at this many samples");
   app.add_option("--batch-wait-us", batch_wait_us, "T: or when its oldest request waited this long");
@@ -170,6 +173,7 @@ int main(int argc, char** argv) {
   if (!devices.empty()) config.devices = devices;
   if (allow_regions) config.allow_device_regions = true;
   if (!weights.empty()) config.weights = weights;
+  if (!precision.empty()) config.precision = precision;
   if (!state_dir.empty()) config.state_dir = state_dir;
   if (batch_samples > 0) config.batch_samples = batch_samples;
   if (batch_wait_us >= 0) config.batch_wait = std::chrono::microseconds(batch_wait_us);

@@ -4,7 +4,7 @@
 # kernel tests; where an NVIDIA GPU is visible, the CUDA kernels are run against their CPU
 # references and `nexus-bench group` measures grouped passes, each cell repeated. Without a GPU
 # it says so, and what it could not run, and exits 0 when everything it could run passed. Where
-# a GPU is it also runs the model code's device path: a slot on cuda:0 against one on the CPU
+# a GPU is it also runs the model code's device path (the backbone at bf16 and tf32 among it): a slot on cuda:0 against one on the CPU
 # (model.devices: ...), CUDA regions exported by a tenant and mapped by nexusd (their tests skip
 # the mapping half without a driver), and eight tenants through a nexusd on cuda:0 against one
 # on the CPU.
@@ -52,7 +52,7 @@ grep -E 'tests passed|Passed|no CUDA device' "$out/kernels.log" | sed 's/^/  /' 
 cuda_run=false
 if [ "$gpus" -gt 0 ] && ! grep -q "no CUDA device here" "$out/kernels.log"; then cuda_run=true; fi
 
-bench=null
+bench=null bench_bf16=null bench_tf32=null
 adapters=null
 device_path=not_run
 if [ "$gpus" -gt 0 ]; then
@@ -63,16 +63,25 @@ if [ "$gpus" -gt 0 ]; then
     device_path=failed
   fi
   grep -E 'max relative loss difference|Passed|Failed' "$out/cuda-replica.log" | sed 's/^/  /' >&2 || true
-  log "nexus-bench group (small backbone, 3 repeats per cell)"
-  "$build/bench/nexus-bench" group --backbone small --repeats 3 --csv "$out/group.csv" --png "$out/group.png" --json |
-    tee "$out/group.txt"
+  # The daemon and its in-process ceiling on cuda:0, at each [model] precision: the cells the
+  # issue's figures name (8 x 1, 8 x 8) and one tenant for the baseline; batch-1 latency (p50,
+  # p99); NVML's utilization while the 8-tenant cells run again.
+  log "nexus-bench group on cuda:0 (small backbone, 3 repeats per cell), float32, then bf16 and tf32"
+  "$build/bench/nexus-bench" group --backbone small --device cuda:0 --tenants 1,8 --batch 1,8 --repeats 3 \
+    --csv "$out/group.csv" --png "$out/group.png" --json | tee "$out/group.txt"
   bench=$(tail -n 1 "$out/group.txt")
+  for p in bf16 tf32; do
+    "$build/bench/nexus-bench" group --backbone small --device cuda:0 --precision $p --tenants 8 --batch 1,8 \
+      --repeats 3 --out "$out/group-$p" --png none --json | tee "$out/group-$p.txt"
+    printf -v "bench_$p" '%s' "$(tail -n 1 "$out/group-$p.txt")"
+  done
   log "nexus-bench adapters on cuda:0 (small backbone, rank 16 on every block; grouped vs a pass per tenant vs none)"
   "$build/bench/nexus-bench" adapters --device cuda --json | tee "$out/adapters.txt"
   adapters=$(tail -n 1 "$out/adapters.txt")
 else
   log "not run without a GPU: the CUDA kernels (compiled and linked only), the model's device path, the GPU group and adapters benchmarks"
 fi
-printf '{"gpus": %d, "torch": "%s", "nvcc": "%s", "cuda_sources": %d, "cuda_objects": %d, "cuda_kernels_run": %s, "device_path": "%s", "group": %s, "adapters": %s}\n' \
-  "$gpus" "$torch" "$nvcc_version" "$cuda_sources" "$cuda_objects" "$cuda_run" "$device_path" "$bench" "$adapters" | tee "$out/gpu-check.json"
+printf '{"gpus": %d, "torch": "%s", "nvcc": "%s", "cuda_sources": %d, "cuda_objects": %d, "cuda_kernels_run": %s, "device_path": "%s", "group": %s, "group_bf16": %s, "group_tf32": %s, "adapters": %s}\n' \
+  "$gpus" "$torch" "$nvcc_version" "$cuda_sources" "$cuda_objects" "$cuda_run" "$device_path" "$bench" "$bench_bf16" \
+  "$bench_tf32" "$adapters" | tee "$out/gpu-check.json"
 [ "$device_path" != failed ] || { log "FAIL: the device path (log: $out/cuda-replica.log)"; exit 1; }

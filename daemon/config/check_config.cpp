@@ -20,7 +20,10 @@ int check_config(const DaemonConfig& c, const std::string& source) {
               c.socket_mode, c.socket_group.c_str());
   if (!c.socket_group.empty() && ::getgrnam(c.socket_group.c_str()) == nullptr)
     note("no group '" + c.socket_group + "': the socket keeps nexusd's group (systemd-sysusers makes it)");
-  std::printf("  backbone %s\n", c.backbone.c_str());
+  std::printf("  backbone %s, %s%s\n", c.backbone.c_str(), c.precision.c_str(),
+              c.precision == "tf32" ? " (on CUDA devices; float32 on the CPU)" : "");
+  if (c.precision == "bf16" && c.backbone == "aoti")
+    problem("precision bf16 does not apply to an AOTInductor package (it runs at the precision it was compiled in)");
   if (c.backbone != "none") {
     const auto weights = resolve_weights(c);
     if (weights.empty()) {

@@ -125,6 +125,8 @@ DaemonConfig load_config_file(const std::string& path, DaemonConfig c) {
     }
   }
   r.get("model", "weights", c.weights);
+  if (r.get("model", "precision", c.precision) && c.precision != "float32" && c.precision != "tf32" && c.precision != "bf16")
+    r.fail("model", "precision", "must be \"float32\", \"tf32\" or \"bf16\"");
   r.get("model", "state_dir", c.state_dir);
   c.batch_samples = static_cast<std::uint32_t>(r.positive("model", "batch_samples", c.batch_samples));
   c.batch_wait = microseconds(r.non_negative("model", "batch_wait_us", c.batch_wait.count()));

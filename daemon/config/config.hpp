@@ -51,6 +51,7 @@ struct DaemonConfig {
   // committed in weights/, installed under <datadir>/nexus/weights); "seeded": the seeded,
   // untrained initialisation. See resolve_weights().
   std::string weights;
+  std::string precision = "float32";  // the backbone's arithmetic: float32, tf32, bf16 (nexusd.toml)
   std::string state_dir = "/var/lib/nexus";     // checkpoints
   std::uint32_t batch_samples = 64;             // B: a group flushes at this many samples
   std::chrono::microseconds batch_wait{2000};   // T: ... or when its oldest request waited this long

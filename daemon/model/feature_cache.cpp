@@ -222,10 +222,12 @@ std::optional<CachedFeature> FeatureCache::from_disk(const ContentDigest& key) {
 
 // --- the backbone's digest ------------------------------------------------------------------
 
-ContentDigest backbone_digest(Backbone& backbone, const std::string& kind, const std::string& weights) {
+ContentDigest backbone_digest(Backbone& backbone, const std::string& kind, const std::string& weights,
+                              std::string_view precision) {
   daemon::ContentHasher h;
   const auto& c = backbone.config();
   h.text("nexus.backbone.v1").text(kind).text(c.name);
+  if (precision != "float32") h.text("precision").text(precision);
   for (auto v : {c.image_size, c.patch, c.max_views, c.dim, c.layers, c.heads, c.mlp_ratio, c.max_tokens})
     h.number(static_cast<std::uint64_t>(v));
   if (auto* builtin = dynamic_cast<AdaptableBackbone*>(&backbone)) {

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "daemon/model/model_service.hpp"
@@ -90,7 +91,9 @@ class FeatureCache {
 
 // SHA-256 of what makes the backbone's features what they are: its kind and geometry, and every
 // parameter and buffer (the built-in one), or the bytes of the user's TorchScript/AOTInductor
-// file `weights`.
-daemon::ContentDigest backbone_digest(Backbone& backbone, const std::string& kind, const std::string& weights);
+// file `weights`; and the arithmetic it runs at, other than float32 ([model] precision: a bf16
+// pass gives other features; float32's digest is what it was before precision existed).
+daemon::ContentDigest backbone_digest(Backbone& backbone, const std::string& kind, const std::string& weights,
+                                      std::string_view precision = "float32");
 
 }  // namespace nexus::model

@@ -164,6 +164,7 @@ struct ModelConfig {
   // the CPU. An entry that cannot run here (no such CUDA device) is refused at start.
   std::vector<std::string> devices;
   std::string weights;                   // safetensors; empty: the seeded initialisation
+  std::string precision = "float32";     // the backbone's arithmetic: float32, tf32, bf16 (precision.hpp)
   sched::BatchPolicy batch;              // B and T, both queues
   double group_window_s = 0.02;          // training: who may join the fair-share leader's group
   double min_training_share = 0.3;       // of the executor's recent time, while training waits

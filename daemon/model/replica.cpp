@@ -6,6 +6,7 @@
 #include "daemon/model/adapted_backbone.hpp"
 #include "daemon/model/feature_cache.hpp"
 #include "daemon/model/policy_port.hpp"
+#include "daemon/model/precision.hpp"
 #include "daemon/model/torchscript_backbone.hpp"
 
 namespace nexus::model::detail {
@@ -84,11 +85,14 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
     if (!bc) throw std::runtime_error("unknown backbone '" + config.backbone + "' (tiny, small, torchscript, aoti)");
     backbone_ = make_adaptable_backbone(*bc, config.weights, device_);
   }
+  precision_ = configured_precision(config.precision, config.backbone, device_);
+  backbone_ = with_precision(std::move(backbone_), precision_, device_);
   const auto& bc = backbone_->config();
   log_text(config.weights.empty() ? LogLevel::Warn : LogLevel::Info, "backbone",
            "name=" + bc.name + " device=" + device_name_ +
                " weights=" + (config.weights.empty() ? "none(seeded_init_not_pretrained)" : config.weights) +
                " dim=" + std::to_string(bc.dim) + " image_size=" + std::to_string(bc.image_size) +
+               " precision=" + std::string(precision_name(precision_)) +
                " deterministic=" + (config.deterministic ? "true" : "false"));
   for (const auto& [tenant, p] : config.tenants) share_.configure(tenant_id(tenant), p.weight, p.priority);
   registry_ = std::make_unique<SlotRegistry>(config, bc, device_, quotas, dynamic_cast<AdaptableBackbone*>(backbone_.get()) != nullptr);
@@ -122,7 +126,7 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
   }
   if (cache) {
     cache_ = std::move(cache);
-    const auto digest = backbone_digest(*backbone_, config.backbone, config.weights);
+    const auto digest = backbone_digest(*backbone_, config.backbone, config.weights, precision_name(precision_));
     for (auto& lane : lanes_) lane->executor->use_feature_cache(cache_.get(), digest);
     log_text(LogLevel::Info, "feature_cache",
              "device=" + device_name_ + " backbone_digest=" + daemon::to_hex(digest).substr(0, 16) +

@@ -33,6 +33,7 @@
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/group_executor.hpp"
 #include "daemon/model/model_service.hpp"
+#include "daemon/model/precision.hpp"
 #include "daemon/model/slot_registry.hpp"
 #include "daemon/model/work.hpp"
 #include "daemon/model/work_queues.hpp"
@@ -107,7 +108,8 @@ class Replica {
   const std::string device_name_;  // "cpu", "cuda:0"
   std::shared_ptr<metrics::Accounting> accounting_;
   daemon::HealthManager* const health_;
-  std::unique_ptr<Backbone> backbone_;
+  std::unique_ptr<Backbone> backbone_;      // at precision_ (precision.hpp)
+  Precision precision_ = Precision::Float32;  // what [model] precision computes on device_
   std::shared_ptr<FeatureCache> cache_;      // before executor_, which uses it
   std::unique_ptr<SlotRegistry> registry_;   // slots: leased by a lane's turn (pins: any)
   std::vector<std::unique_ptr<Lane>> lanes_;  // fixed once constructed

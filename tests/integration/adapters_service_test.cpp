@@ -4,6 +4,9 @@
 // the adapted features; a stop and a restart bring the adapter back.
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstring>
+
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -263,4 +266,47 @@ TEST_CASE("an RL job trains an adapter tenant's adapter through the backbone and
        .minibatch = 16, .synchronous = true});
   CHECK(features_of(*rla) != after_ppo);
   CHECK(features_of(*plain) == plain_before);  // the backbone did not move
+}
+
+// [model] precision bf16 through nexusd (precision.hpp): a head-only tenant's features come back
+// float32, within the bf16 bound (tests/model/precision_test.cpp) of a float32 daemon's and not
+// equal to them; an adapter tenant beside it trains in the same passes (its loss falls).
+TEST_CASE("a bf16 daemon serves features within the bound of a float32 daemon's and trains adapters in its passes",
+          "[integration][model][adapters][precision]") {
+  TempDir dir;
+  auto features = [&](const std::vector<std::string>& extra, const std::string& state) {
+    auto f = flags(dir.path + state);
+    f.insert(f.end(), extra.begin(), extra.end());
+    Daemon d(f);
+    auto c = nexus::Client::attach({.socket_path = d.socket(), .tenant = "plain", .timeout = std::chrono::seconds(120)});
+    const auto bb = c->register_tenant(adapted(0));
+    const auto probe = make_batch(*c, bb, 11);
+    auto out = c->alloc(nexus::DType::Float32, {kBatch, bb.feature_dim});
+    c->features(probe.obs(), out);
+    std::vector<float> v(static_cast<std::size_t>(kBatch * bb.feature_dim));
+    std::memcpy(v.data(), out.raw().data(), v.size() * sizeof(float));
+    if (!extra.empty()) {  // the bf16 daemon: an adapter tenant trains in passes beside the plain one's
+      auto ada = nexus::Client::attach({.socket_path = d.socket(), .tenant = "ada", .timeout = std::chrono::seconds(120)});
+      ada->register_tenant(adapted(4, 3e-3));
+      const auto batch = make_batch(*ada, bb, 12);
+      std::vector<double> losses;
+      for (int i = 0; i < 30; ++i) {  // both in flight at once: they may share a pass
+        auto step = ada->sft_step_async(batch.obs(), batch.actions);
+        c->features(probe.obs(), out);
+        losses.push_back(step.get().loss);
+      }
+      INFO("adapter tenant at bf16: first loss " << losses.front() << ", last " << losses.back());
+      CHECK(std::isfinite(losses.back()));
+      CHECK(losses.back() < losses.front());
+    }
+    return v;
+  };
+  const auto f32 = features({}, "/f32"), bf16 = features({"--precision", "bf16"}, "/bf16");
+  REQUIRE(f32.size() == bf16.size());
+  double largest = 0, difference = 0;
+  for (std::size_t i = 0; i < f32.size(); ++i)
+    largest = std::max(largest, std::abs(double(f32[i]))), difference = std::max(difference, std::abs(double(bf16[i]) - f32[i]));
+  INFO("bf16 against float32 through nexusd: " << difference / largest << " of the largest feature");
+  CHECK(difference > 0);
+  CHECK(difference <= 0.02 * largest);
 }

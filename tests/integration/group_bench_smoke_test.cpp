@@ -1,23 +1,27 @@
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "processes.hpp"
 
 using namespace nexus::test;
 
-TEST_CASE("nexus-bench group --json ends with its figures (medians, spreads, replicas), and writes CSV and PNG into --out",
+TEST_CASE("nexus-bench group --json ends with its figures (medians, spreads, replicas, latency, the device's ceiling), "
+          "and writes CSV and PNG into --out",
           "[integration][model][bench]") {
   TempDir out;
   const std::string csv = out.path + "/g/group.csv", png = out.path + "/g/group.png";
   const pid_t b = spawn({NEXUS_TEST_BENCH, "group", "--backbone", "tiny", "--tenants", "1,8", "--batch", "1",
-                         "--rounds", "1", "--repeats", "2", "--replicas", "2", "--out", out.path + "/g", "--json"},
+                         "--rounds", "1", "--repeats", "2", "--replicas", "2", "--latency-requests", "20", "--out",
+                         out.path + "/g", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
   INFO(read_file(out.path + "/err"));
   REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"speedup_daemon", "speedup_inprocess", "flops_fraction_of_peak", "rss_ratio_8_vs_1",
-                          "peak_gemm_gflops", "replica_speedup"}) {
+                          "peak_gemm_gflops", "replica_speedup", "latency_batch1_p50_ms", "latency_batch1_p99_ms",
+                          "inprocess_batch1_p50_ms", "best_daemon_sps", "daemon_share_of_inprocess_sps_best"}) {
     INFO(key);
     REQUIRE(j.contains(key));
     CHECK(j[key].get<double>() > 0);
@@ -28,13 +32,41 @@ TEST_CASE("nexus-bench group --json ends with its figures (medians, spreads, rep
     CHECK(j[key].get<double>() >= 0);
   }
   CHECK(j["repeats"] == 2);
+  CHECK(j["latency_batch1_p99_ms"].get<double>() >= j["latency_batch1_p50_ms"].get<double>());
+  // Without --device: cuda:0 where a GPU is (gpu-check sets NEXUS_TEST_CUDA), else the CPU.
+  const auto device = j["device"].get<std::string>();
+  CHECK((device == "cpu" || device == "cuda:0"));
+  if (std::getenv("NEXUS_TEST_CUDA")) CHECK(device == "cuda:0");
+  CHECK(j["precision"] == "float32");
   CHECK(j["replicas"] == 2);
   REQUIRE(j["cells"].size() == 2);
-  for (const auto& cell : j["cells"]) CHECK(cell["replica_speedup"].get<double>() > 0);
+  for (const auto& cell : j["cells"]) {
+    CHECK(cell["replica_speedup"].get<double>() > 0);
+    CHECK(cell["daemon_share_of_inprocess_sps"].get<double>() > 0);
+  }
   // One backbone copy: eight tenants cost the daemon little more memory than one.
   CHECK(j["rss_ratio_8_vs_1"].get<double>() < 1.2);
   CHECK(read_file(csv).find("tenants,batch") == 0);
   CHECK(read_file(png).substr(1, 3) == "PNG");
+}
+
+TEST_CASE("nexus-bench group runs at the precision it is given and refuses a device that is none",
+          "[integration][model][bench][precision]") {
+  TempDir out;
+  const pid_t b = spawn({NEXUS_TEST_BENCH, "group", "--backbone", "tiny", "--tenants", "2", "--batch", "1", "--rounds", "1",
+                         "--repeats", "1", "--latency-requests", "10", "--precision", "bf16", "--device", "cpu", "--png",
+                         "none", "--out", out.path + "/g", "--json"},
+                        {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
+  INFO(read_file(out.path + "/err"));
+  REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
+  const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
+  CHECK(j["precision"] == "bf16");
+  CHECK(j["device"] == "cpu");
+  CHECK(j["cells"][0]["daemon_grouped_sps"].get<double>() > 0);
+  const pid_t bad = spawn({NEXUS_TEST_BENCH, "group", "--device", "tpu:0", "--out", out.path + "/h"},
+                          {.stdout_path = out.path + "/bad-out", .stderr_path = out.path + "/bad-err"});
+  CHECK(wait_exit(bad, std::chrono::seconds(60)) != 0);
+  CHECK(read_file(out.path + "/bad-err").find("tpu:0") != std::string::npos);
 }
 
 TEST_CASE("nexus-bench env --json ends with its figures", "[integration][model][bench][sim]") {

@@ -39,6 +39,21 @@ TEST_CASE("the shipped nexusd.toml parses and says what the defaults are", "[con
   CHECK(c.inference_lanes == defaults.inference_lanes);
   CHECK(c.training_lanes == defaults.training_lanes);
   CHECK(c.torch_threads == defaults.torch_threads);
+  CHECK(c.precision == defaults.precision);
+  CHECK(c.precision == "float32");
+}
+
+TEST_CASE("the backbone's precision is float32 tf32 or bf16 and anything else is named", "[config]") {
+  nexus::test::TempDir dir;
+  const std::string path = dir.path + "/c.toml";
+  for (const char* ok : {"float32", "tf32", "bf16"}) {
+    std::ofstream(path) << "[model]\nprecision = \"" << ok << "\"\n";
+    CHECK(load_config_file(path).precision == ok);
+  }
+  for (const char* bad : {"\"fp16\"", "\"BF16\"", "\"\"", "16", "true"}) {
+    std::ofstream(path) << "[model]\nprecision = " << bad << "\n";
+    CHECK_THROWS_WITH(load_config_file(path), Catch::Contains("model.precision"));
+  }
 }
 
 TEST_CASE("devices, replica pins and regions come from the config, bad ones named", "[config]") {
