@@ -53,14 +53,26 @@ std::unique_lock<std::mutex> seed_global_generator(std::uint64_t seed) {
 
 at::Generator seeded_generator(std::uint64_t seed) { return at::make_generator<at::CPUGeneratorImpl>(seed); }
 
+// A copy from pageable memory to a GPU stalls the host until the device has caught up with
+// everything queued before it; from page-locked memory it is queued like a kernel.
+torch::Tensor upload(const torch::Tensor& host, torch::Device device) {
+  if (!host.defined() || !device.is_cuda() || !host.is_cpu()) return host.defined() ? host.to(device) : host;
+  return host.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+torch::Tensor pack_rows(const std::vector<torch::Tensor>& parts, torch::Device device) {
+  if (!device.is_cuda() || parts.empty()) return torch::cat(parts).to(device);
+  auto sizes = parts.front().sizes().vec();
+  sizes[0] = 0;
+  for (const auto& p : parts) sizes[0] += p.size(0);
+  auto packed = torch::empty(sizes, parts.front().options().pinned_memory(true));
+  torch::cat_out(packed, parts, 0);
+  return packed.to(device, /*non_blocking=*/true);
+}
+
 namespace {
-torch::Tensor on_device(torch::Tensor host, const torch::TensorOptions& options) {
-  // To a GPU from page-locked memory without waiting: a copy from pageable memory would stall
-  // the host until the device has caught up, once per draw (LibTorch's pinned-memory allocator
-  // keeps the block until the copy has run).
-  if (options.device().is_cuda())
-    return host.pin_memory().to(options.device(), options.dtype().toScalarType(), /*non_blocking=*/true);
-  return host.to(options.device(), options.dtype().toScalarType());  // no copy when both match
+torch::Tensor on_device(const torch::Tensor& host, const torch::TensorOptions& options) {
+  return upload(host.to(options.dtype().toScalarType()), options.device());  // no copy when both match
 }
 }  // namespace
 

@@ -42,6 +42,15 @@ torch::Tensor uniform_draws(at::IntArrayRef sizes, at::Generator& gen, const tor
 // before its lanes start, under its own lock.)
 [[nodiscard]] std::unique_lock<std::mutex> lock_global_generator();
 
+// `host` on `device`: to a GPU through page-locked memory without waiting for the copy (the host
+// goes on queueing the pass; LibTorch's pinned allocator keeps the block until the copy has
+// run, and the tensor is snapshotted into it before this returns), elsewhere `.to(device)`
+// (no copy on the CPU). Undefined stays undefined.
+torch::Tensor upload(const torch::Tensor& host, torch::Device device);
+// The rows of `parts` (each [n_i, ...], one dtype, on the host) concatenated on `device`: on a
+// GPU packed once into page-locked memory and copied without waiting; on the CPU one cat.
+torch::Tensor pack_rows(const std::vector<torch::Tensor>& parts, torch::Device device);
+
 // The host copy of a result (the one device-to-host copy a reply needs). On the CPU a tensor
 // that may be a view of the group's batch is cloned, so it outlives the batch either way.
 torch::Tensor host_copy(const torch::Tensor& t);

@@ -115,9 +115,11 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
   try {
     torch::NoGradGuard no_grad;
     const auto p0 = sched::Clock::now();
-    auto img = torch::cat(images);  // the one copy of the images: packing the group batch
-    // ... and, on a device, one host-to-device copy of each input (group_pack's place: gpu.md)
-    const auto dev_img = on_device(img), dev_tokens = on_device(torch::cat(tokens)), dev_masks = on_device(torch::cat(masks));
+    // The one copy of the inputs: packing the group batch (on a GPU into page-locked memory,
+    // then one copy per input queued without waiting: group_pack's place, gpu.md).
+    const auto dev_img = pack_rows(images, device_), dev_tokens = pack_rows(tokens, device_),
+               dev_masks = pack_rows(masks, device_);
+    const auto& img = dev_img;  // its sizes, for the counters below
     const double pack_s = std::chrono::duration<double>(sched::Clock::now() - p0).count();
     if (!adapters.empty() && !adaptable_) throw std::runtime_error("this backbone takes no adapters");
     if (adapters.empty())

@@ -22,6 +22,7 @@
 
 #include "daemon/metrics/accounting.hpp"
 #include "daemon/model/adapted_backbone.hpp"
+#include "daemon/model/devices.hpp"
 #include "daemon/model/request_binding.hpp"
 #include "daemon/model/slot_registry.hpp"
 
@@ -99,7 +100,7 @@ class GroupExecutor {
   void look_up(Bound& b);
   VLAFeature member_features(Bound& b, const VLAFeature& computed);
 
-  torch::Tensor on_device(const torch::Tensor& t) const { return t.defined() ? t.to(device_) : t; }
+  torch::Tensor on_device(const torch::Tensor& t) const { return upload(t, device_); }  // devices.hpp
 
   Backbone& backbone_;
   AdaptableBackbone* const adaptable_;  // backbone_, if it takes adapters (else null)

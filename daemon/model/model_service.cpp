@@ -16,11 +16,7 @@ namespace nexus::model {
 ModelService::ModelService(const ModelConfig& config, std::shared_ptr<metrics::Accounting> accounting,
                            daemon::HealthManager* health)
     : quotas_(config.state_dir, config.users) {
-  // This thread (nexusd's main one) loads the backbones with one thread, so that it never leads
-  // an OpenMP team: libgomp spins only briefly (throttled) once more threads are in teams than
-  // there are cores, and each lane leads a team of its own. With one lane, a tiny backbone's
-  // batch-1 request took p50 3.7 ms with this thread's team alive and 1.3 ms without
-  // (docs/design/gpu.md, "`nexus-bench group` figures that can be compared").
+  // One OpenMP thread here: a team it led would outlive loading and throttle every lane's (gpu.md).
   torch::set_num_threads(1);
   // Before any tensor math: MKL reads its branch once, at its first call.
   if (config.deterministic)

@@ -10,8 +10,7 @@
 //
 // Placement: a tenant is placed on one replica when it is first seen (attach, or its first
 // request): the one its config pins it to, else the one with the fewest tenants placed. It stays
-// there until its name is released, since its slot, queues and fair-share history live there;
-// groups form per replica.
+// there until its name is released (its slot, queues, fair-share history live there).
 //
 // Typed requests in, typed results out: nothing here knows wire messages, sockets, simulators
 // or datasets (the Master translates). Inputs are read where the request's keepalive holds them

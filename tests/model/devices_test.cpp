@@ -237,3 +237,25 @@ TEST_CASE("devices: a step reads nothing back to the host but its one result cop
     CHECK(reads.seen() == 0);
   }
 }
+
+TEST_CASE("devices: a group's inputs are packed once and reach the device equal, the CPU's without a copy",
+          "[model][devices]") {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  const std::vector<torch::Tensor> parts = {torch::randint(0, 256, {2, 1, 8, 8, 3}, gen, torch::kUInt8),
+                                            torch::randint(0, 256, {3, 1, 8, 8, 3}, gen, torch::kUInt8),
+                                            torch::randint(0, 256, {1, 1, 8, 8, 3}, gen, torch::kUInt8)};
+  const auto expected = torch::cat(parts);
+  const auto on_cpu = model::pack_rows(parts, torch::kCPU);
+  CHECK(torch::equal(on_cpu, expected));
+  CHECK(model::upload(on_cpu, torch::kCPU).data_ptr() == on_cpu.data_ptr());  // the CPU's: no copy
+  CHECK_FALSE(model::upload(torch::Tensor(), torch::kCPU).defined());
+  if (!have_cuda()) return;
+  const torch::Device cuda("cuda:0");
+  const auto packed = model::pack_rows(parts, cuda);
+  CHECK(packed.device() == cuda);
+  CHECK(torch::equal(packed.cpu(), expected));
+  auto state = torch::randn({4, 3}, gen);
+  const auto uploaded = model::upload(state, cuda);
+  state.fill_(7);  // the upload is a snapshot: what the tenant writes after it does not reach the device
+  CHECK_FALSE(torch::equal(uploaded.cpu(), state));
+}
