@@ -53,11 +53,11 @@ bool autocast_on(torch::Device device) {
 // The same tiny backbone at float32 and at `precision` on `device`: their features on one batch.
 void compare_features(torch::Device device, model::Precision precision, double bound) {
   const auto c = *model::named_backbone("tiny");
-  auto reference = model::make_adaptable_backbone(c, "", device);
+  const auto in = inputs(c, 6, device);
+  // float32's features first: tf32's switch is process-wide from with_precision on.
+  const auto f32 = model::make_adaptable_backbone(c, "", device)->forward(in.images, in.tokens, in.mask);
   auto at_precision = model::with_precision(model::make_adaptable_backbone(c, "", device), precision, device);
   REQUIRE(dynamic_cast<model::AdaptableBackbone*>(at_precision.get()) != nullptr);  // still takes adapters
-  const auto in = inputs(c, 6, device);
-  const auto f32 = reference->forward(in.images, in.tokens, in.mask);
   const auto low = at_precision->forward(in.images, in.tokens, in.mask);
   CHECK_FALSE(autocast_on(device));  // the pass's autocast ended with it
   CHECK(low.pooled.scalar_type() == torch::kFloat32);
