@@ -119,7 +119,6 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
     // then one copy per input queued without waiting: group_pack's place, gpu.md).
     const auto dev_img = pack_rows(images, device_), dev_tokens = pack_rows(tokens, device_),
                dev_masks = pack_rows(masks, device_);
-    const auto& img = dev_img;  // its sizes, for the counters below
     const double pack_s = std::chrono::duration<double>(sched::Clock::now() - p0).count();
     if (!adapters.empty() && !adaptable_) throw std::runtime_error("this backbone takes no adapters");
     if (adapters.empty())
@@ -130,8 +129,8 @@ bool GroupExecutor::forward(std::span<Bound> bound, VLAFeature& features, std::s
     profile_.copy_s += pack_s;
     profile_.backbone_s -= pack_s;  // pass() adds the whole pass's time
     // images, tokens (int32) and mask (one byte) of every sample, packed once
-    stats_.input_bytes_packed += static_cast<std::uint64_t>(img.numel()) +
-                                 static_cast<std::uint64_t>(img.size(0) * 5 * backbone_.config().max_tokens);
+    stats_.input_bytes_packed += static_cast<std::uint64_t>(dev_img.numel()) +
+                                 static_cast<std::uint64_t>(dev_img.size(0) * 5 * backbone_.config().max_tokens);
     return true;
   } catch (const std::exception& e) {
     error = e.what();

@@ -85,6 +85,12 @@ TEST_CASE("devices: the backbone's precision is float32 tf32 or bf16 and tf32 is
   CHECK(model::effective_precision(Precision::TF32, torch::kCPU) == Precision::Float32);
   CHECK(model::effective_precision(Precision::TF32, torch::Device("cuda:0")) == Precision::TF32);
   CHECK(model::effective_precision(Precision::BF16, torch::kCPU) == Precision::BF16);
+  // What a replica is configured with: a name that is none, and bf16 on compiled code, refused.
+  CHECK(model::configured_precision("tf32", "tiny", torch::kCPU) == Precision::Float32);
+  CHECK(model::configured_precision("bf16", "torchscript", torch::kCPU) == Precision::BF16);
+  CHECK_THROWS_WITH(model::configured_precision("fp16", "tiny", torch::kCPU), Catch::Contains("float32, tf32 or bf16"));
+  CHECK_THROWS_WITH(model::configured_precision("bf16", "aoti", torch::kCPU), Catch::Contains("AOTInductor"));
+  CHECK(model::configured_precision("float32", "aoti", torch::kCPU) == Precision::Float32);
   // float32 (and tf32 on a CPU) is the backbone itself: bitwise what it always computed.
   const auto c = *model::named_backbone("tiny");
   for (auto p : {Precision::Float32, Precision::TF32}) {
