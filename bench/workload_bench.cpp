@@ -65,7 +65,8 @@ nlohmann::json lane_split(const std::map<std::string, double>& lane, double wall
   // A lease is waited for before its turn begins (not in "turns"), as "wait" is for work.
   return {{"backbone", at("backbone") / wall_s}, {"copy", at("copy") / wall_s},   {"heads", at("heads") / wall_s},
           {"optimizer", at("optimizer") / wall_s}, {"lease", at("lease") / wall_s}, {"other", other / wall_s},
-          {"wait", 1 - (turns + at("lease")) / wall_s}, {"busy", turns / wall_s}};
+          {"wait", 1 - (turns + at("lease")) / wall_s}, {"busy", turns / wall_s},
+          {"narrow", at("narrow") / wall_s}};  // of the turns: on a share of the cores, beside other lanes
 }
 
 // CPU seconds of every child this process has reaped (the tenants, once waited for).

@@ -213,7 +213,8 @@ ServiceStatus Master::status(std::optional<double> usage_since_s) const {
   for (const auto& r : m.replicas) {
     s.replicas.push_back({r.device, r.tenants, r.groups, r.samples, {}});
     for (const auto& l : r.lanes)
-      s.replicas.back().lanes.push_back({l.serves, l.turns_s, l.backbone_s, l.copy_s, l.heads_s, l.optimizer_s, l.lease_s});
+      s.replicas.back().lanes.push_back(
+          {l.serves, l.turns_s, l.backbone_s, l.copy_s, l.heads_s, l.optimizer_s, l.lease_s, l.narrow_s});
   }
   s.groups = m.groups, s.requests = m.grouped_requests, s.samples = m.samples;
   s.input_bytes_packed = m.input_bytes_packed, s.rerun_groups = m.rerun_groups;

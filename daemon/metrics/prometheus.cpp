@@ -77,7 +77,8 @@ std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus*
   w.family("nexus_executor_seconds_total", "counter",
            "Executor time per replica and lane (serving both queues, inference or training): its turns, and within them backbone, copy "
            "(packing inputs, results out), heads (forward, backward, RL updates, slot operations), optimizer steps, lease (waiting for "
-           "a tenant's slot that another lane's turn held).");
+           "a tenant's slot that another lane's turn held), narrow (turns run on fewer intra-op threads than the cap, beside other lanes' "
+           "passes).");
   for (std::size_t i = 0; i < s->replicas.size(); ++i) {
     const auto& r = s->replicas[i];
     for (std::size_t k = 0; k < r.lanes.size(); ++k) {
@@ -86,7 +87,8 @@ std::string render_prometheus(const DaemonFacts& f, const daemon::ServiceStatus*
                                l.serves + "\",device=\"" + label(r.device) + "\",part=\"";
       const std::pair<const char*, double> parts[] = {{"turns", l.turns_s},     {"backbone", l.backbone_s},
                                                       {"copy", l.copy_s},       {"heads", l.heads_s},
-                                                      {"optimizer", l.optimizer_s}, {"lease", l.lease_s}};
+                                                      {"optimizer", l.optimizer_s}, {"lease", l.lease_s},
+                                                      {"narrow", l.narrow_s}};
       for (const auto& [part, seconds] : parts) w.sample("nexus_executor_seconds_total", lane + part + "\"", seconds);
     }
   }

@@ -60,11 +60,11 @@ struct ReplicaStatus {
   std::string device;
   std::uint64_t tenants = 0, groups = 0, samples = 0;
   // Each executor lane's time (model::ExecutorProfile), in order: turns, and within them backbone,
-  // copies, heads, optimizer steps, waits for a slot lease; `serves`: "both" (one lane serves
-  // both queues), "inference" or "training".
+  // copies, heads, optimizer steps, waits for a slot lease, turns on a narrower team (beside other
+  // lanes); `serves`: "both" (one lane serves both queues), "inference" or "training".
   struct Lane {
     std::string serves;
-    double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0, lease_s = 0;
+    double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0, lease_s = 0, narrow_s = 0;
   };
   std::vector<Lane> lanes;
 };

@@ -193,9 +193,9 @@ struct ModelConfig {
 // optimizer steps (clipping included). The rest of a turn (binding, the cache's lookups,
 // scheduling) is turns - the four. Before a turn begins, it may wait for its slots' lease
 // (another lane's turn holds one of its tenants: lanes, service.md): lease_s, not in turns_s.
-// The executor waited for work the rest of the wall time.
+// narrow_s: turns run on fewer threads than the cap, beside other lanes' (pass_threads.hpp). Idle: the rest.
 struct ExecutorProfile {
-  double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0, lease_s = 0;
+  double turns_s = 0, backbone_s = 0, copy_s = 0, heads_s = 0, optimizer_s = 0, lease_s = 0, narrow_s = 0;
   std::string serves;  // the lane's queues: "both", "inference", "training"
 };
 

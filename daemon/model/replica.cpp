@@ -6,7 +6,6 @@
 #include "daemon/model/adapted_backbone.hpp"
 #include "daemon/model/feature_cache.hpp"
 #include "daemon/model/policy_port.hpp"
-#include "daemon/model/precision.hpp"
 #include "daemon/model/torchscript_backbone.hpp"
 
 namespace nexus::model::detail {
@@ -72,7 +71,8 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
       device_(device),
       device_name_(device.str()),
       accounting_(std::move(accounting)),
-      health_(health) {
+      health_(health),
+      pass_threads_(PassThreads::cap_for(config.torch_threads), config.deterministic) {
   const bool builtin = config.backbone != "torchscript" && config.backbone != "aoti";
   if (config.backbone == "torchscript") {
     if (config.weights.empty()) throw std::runtime_error("--backbone torchscript needs --weights FILE.pt");

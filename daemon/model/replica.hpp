@@ -33,6 +33,7 @@
 #include "daemon/model/backbone.hpp"
 #include "daemon/model/group_executor.hpp"
 #include "daemon/model/model_service.hpp"
+#include "daemon/model/pass_threads.hpp"
 #include "daemon/model/precision.hpp"
 #include "daemon/model/slot_registry.hpp"
 #include "daemon/model/work.hpp"
@@ -127,6 +128,7 @@ class Replica {
   double busy_train_ NEXUS_GUARDED_BY(mu_) = 0;  // recent, decaying
   double busy_infer_ NEXUS_GUARDED_BY(mu_) = 0;
   sched::TurnSizer turn_sizer_ NEXUS_GUARDED_BY(mu_);  // training passes' cost
+  PassThreads pass_threads_;  // each pass's team, by the lanes running (pass_threads.hpp)
   // Another tenant trained, or anyone asked for inference, within kContendedWithin: a step too big
   // for one turn is split so that they are served between its micro-batches.
   static constexpr auto kContendedWithin = std::chrono::seconds(2);

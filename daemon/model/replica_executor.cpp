@@ -32,10 +32,11 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
   // Every tensor this thread makes without naming a device lands on the replica's device.
   c10::OptionalDeviceGuard device_guard;
   if (device_.is_cuda()) device_guard.reset_device(device_);
-  // A fixed thread count for the daemon's life: reductions split across threads the same way
-  // in every pass (deterministic mode relies on it).
-  torch::set_num_threads(config_.torch_threads > 0 ? config_.torch_threads
-                                                   : static_cast<int>(std::thread::hardware_concurrency()));
+  // The cap: what a pass alone takes. Each pass sizes its own team (PassThreads::Scope in
+  // execute) except in deterministic mode, which keeps this count for the daemon's life:
+  // reductions split across threads the same way in every pass.
+  torch::set_num_threads(pass_threads_.cap());
+  (void)at::get_num_threads();  // LibTorch's per-thread first-use set-up now, not inside a pass (it resets the team)
   if (config_.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   const sched::TrainingPolicy training{config_.batch, config_.group_window_s};
   auto next_evict = sched::Clock::now();
@@ -44,18 +45,21 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
     // With several training lanes a training turn's tenants are marked running from its pick
     // (WorkQueues::next) until execute charges the turn; this guard unmarks them when the turn
     // throws instead: else they would never train again.
+    // An inference turn's tenants are marked running from the pick until the turn ends (whatever
+    // way): another lane's group does not wait for them meanwhile.
     struct Unmark {
       Replica& replica;
-      std::vector<std::uint64_t> tenants;
+      std::vector<std::uint64_t> tenants, inference;
       ~Unmark() {
-        if (tenants.empty()) return;
+        if (tenants.empty() && inference.empty()) return;
         {
           MutexLock lk(replica.mu_);
           replica.queues_.training_done(tenants);
+          replica.queues_.inference_done(inference);
         }
-        replica.cv_.notify_all();  // another training lane may take their work now
+        if (!tenants.empty()) replica.cv_.notify_all();  // another training lane may take their work now
       }
-    } unmark{*this, {}};
+    } unmark{*this, {}, {}};
     {
       MutexLock lk(mu_);
       if (stop_ || (lane.role && !lane.role->current(generation))) return;
@@ -73,6 +77,8 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
         wait = std::min(wait, until);
         if (turn && !turn->inference && queues_.concurrent_training())
           for (const auto& w : turn->works) unmark.tenants.push_back(tenant_id(tenant_of(w)));
+        if (turn && turn->inference)
+          for (const auto& w : turn->works) unmark.inference.push_back(tenant_id(tenant_of(w)));
       }
       if (!turn) cv_.wait_for(lk.native(), wait);
     }
@@ -115,6 +121,7 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint6
     contended = contended_;
     if (batchable && !turn.inference) split = split_above(turn.works);
   }
+  const PassThreads::Scope team(pass_threads_);
   if (batchable) {
     ran = lane.executor->run(turn.works, service, split);
   } else {
@@ -130,6 +137,7 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint6
     profile.turns_s += took;
     profile.optimizer_s += optimizer;
     profile.lease_s += lease_s;  // before the turn began: not in `took`
+    if (team.team() < pass_threads_.cap()) profile.narrow_s += took;
     // A group's heads' time (group_executor) includes its optimizer steps; a single turn (an RL
     // update minibatch, a slot operation) is a head's work throughout.
     profile.heads_s += (batchable ? 0.0 : took) - optimizer;

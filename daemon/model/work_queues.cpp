@@ -88,8 +88,16 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
     views.reserve(inference_.size());
     for (const auto& w : inference_)
       views.push_back({key_of(w), samples_of(w), tenant_id(tenant_of(w)), true, arrival_of(w)});
-    const auto d = sched::decide(views, now, batch, std::max<std::size_t>(1, active_inference));
-    if (!d.take.empty()) return Turn{take(inference_, d.take), true};
+    // A tenant whose request is in another lane's pass cannot join this group until that pass
+    // answers it: waiting for it would hold the group for the whole batch window.
+    std::set<std::uint64_t> elsewhere(running_inference_.begin(), running_inference_.end());
+    const auto could_join = active_inference - std::min(active_inference, elsewhere.size());
+    const auto d = sched::decide(views, now, batch, std::max<std::size_t>(1, could_join));
+    if (!d.take.empty()) {
+      Turn turn{take(inference_, d.take), true};
+      for (const auto& w : turn.works) running_inference_.insert(tenant_id(tenant_of(w)));
+      return turn;
+    }
     wait = d.wait;
   }
   if (serves_training && !training_owed && !training_.empty()) return training_turn();

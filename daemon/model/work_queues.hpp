@@ -68,6 +68,11 @@ class WorkQueues {
     for (auto id : tenants) running_training_.erase(id);
   }
   bool training_running(std::uint64_t tenant) const { return running_training_.count(tenant) != 0; }
+  // An inference turn next() gave has ended, or failed: each of its works' tenant, once per work.
+  void inference_done(const std::vector<std::uint64_t>& tenants) {
+    for (auto id : tenants)
+      if (auto at = running_inference_.find(id); at != running_inference_.end()) running_inference_.erase(at);
+  }
   bool concurrent_training() const { return concurrent_training_; }
   // The tenants with training work waiting or (several training lanes) running, added to `into`.
   void training_tenants(std::set<std::uint64_t>& into) const {
@@ -81,6 +86,7 @@ class WorkQueues {
   static std::vector<Work> take(std::deque<Work>& q, const std::vector<std::size_t>& indices);
   std::deque<Work> inference_, training_;
   std::set<std::uint64_t> running_training_;  // tenants of the training turns under way
+  std::multiset<std::uint64_t> running_inference_;  // of the inference turns under way, once per work
   bool concurrent_training_ = false;
 };
 

@@ -196,6 +196,49 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   CHECK(only(next()) == "b");
 }
 
+TEST_CASE("an inference group does not wait for a tenant whose request is in another lane's pass",
+          "[model][turns][sched][lanes]") {
+  using namespace model::detail;
+  sched::FairShare share;
+  WorkQueues q;
+  const auto t0 = sched::Clock::time_point{} + std::chrono::seconds(100);
+  auto predict = [&](const std::string& tenant) {
+    model::Request r;
+    r.tenant = tenant;
+    model::op::Predict p;
+    p.obs.images.shape = {1, 1, 8, 8, 3};
+    r.op = p;
+    r.arrival = t0;
+    return Work{TenantWork{std::move(r)}};
+  };
+  const sched::BatchPolicy batch{64, std::chrono::microseconds(2000)};
+  const sched::TrainingPolicy training{batch, 0.02};
+  std::chrono::microseconds wait{};
+  const std::set<std::uint64_t> none;
+  // Three tenants attached; a's request goes on one inference lane (everyone else is away: the
+  // window passed).
+  auto next = [&](std::chrono::microseconds at) {
+    return q.next(t0 + at, batch, training, 3, none, share, false, wait, WorkQueues::Serves::Inference);
+  };
+  q.push(predict("a"), share, false);
+  const auto first = next(std::chrono::microseconds(2000));
+  REQUIRE(first);
+  // While a's pass runs, b's request waits for c only (a cannot send another before its reply) ...
+  q.push(predict("b"), share, false);
+  CHECK_FALSE(next(std::chrono::microseconds(500)));
+  CHECK(wait == std::chrono::microseconds(1500));
+  // ... and goes as soon as c's is in, not at the end of the window.
+  q.push(predict("c"), share, false);
+  const auto second = next(std::chrono::microseconds(600));
+  REQUIRE(second);
+  CHECK(second->works.size() == 2);
+  // Both passes end; a new request of a's waits for b and c again.
+  q.inference_done({tenant_id("a")});
+  q.inference_done({tenant_id("b"), tenant_id("c")});
+  q.push(predict("a"), share, false);
+  CHECK_FALSE(next(std::chrono::microseconds(100)));
+}
+
 TEST_CASE("heads made on several lanes at once are the ones their seeds give", "[model][turns][lanes]") {
   // Two training lanes register tenants and start RL jobs side by side; both initialise modules
   // from LibTorch's global generator (model::seed_global_generator). Without the lock, one
