@@ -34,6 +34,18 @@ double max_difference(model::TenantSlot& a, model::TenantSlot& b) {
   return worst;
 }
 
+// A tenant's request of kind Op (SftStep or Predict) on `n` 8x8 images, arrived at `at`.
+template <class Op>
+model::detail::Work request_of(const std::string& tenant, std::int64_t n, sched::Clock::time_point at) {
+  model::Request r;
+  r.tenant = tenant;
+  Op o;
+  o.obs.images.shape = {n, 1, 8, 8, 3};
+  r.op = o;
+  r.arrival = at;
+  return model::detail::Work{model::detail::TenantWork{std::move(r)}};
+}
+
 }  // namespace
 
 TEST_CASE("a step split into micro-batches equals the unsplit step, draws and optimizer state included",
@@ -86,15 +98,7 @@ TEST_CASE("the Training Queue serves another tenant between a big step's micro-b
   sched::FairShare share;
   WorkQueues q;
   const auto t0 = sched::Clock::time_point{} + std::chrono::seconds(100);
-  auto step = [&](const std::string& tenant, std::int64_t n) {
-    model::Request r;
-    r.tenant = tenant;
-    model::op::SftStep s;
-    s.obs.images.shape = {n, 1, 8, 8, 3};
-    r.op = s;
-    r.arrival = t0;
-    return Work{TenantWork{std::move(r)}};
-  };
+  auto step = [&](const std::string& tenant, std::int64_t n) { return request_of<model::op::SftStep>(tenant, n, t0); };
   // The big tenant is between two micro-batches of a 128-sample step, one more step queued behind
   // it; the small tenant's 4-sample step arrives.
   auto chain = std::make_shared<StepChain>();
@@ -154,15 +158,7 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   WorkQueues q;
   q.set_concurrent_training(true);
   const auto t0 = sched::Clock::time_point{} + std::chrono::seconds(100);
-  auto step = [&](const std::string& tenant) {
-    model::Request r;
-    r.tenant = tenant;
-    model::op::SftStep s;
-    s.obs.images.shape = {4, 1, 8, 8, 3};
-    r.op = s;
-    r.arrival = t0;
-    return Work{TenantWork{std::move(r)}};
-  };
+  auto step = [&](const std::string& tenant) { return request_of<model::op::SftStep>(tenant, 4, t0); };
   const sched::BatchPolicy batch{64, std::chrono::microseconds(2000)};
   const sched::TrainingPolicy training{batch, 0.02};
   std::chrono::microseconds wait{};
@@ -202,15 +198,7 @@ TEST_CASE("an inference group does not wait for a tenant whose request is in ano
   sched::FairShare share;
   WorkQueues q;
   const auto t0 = sched::Clock::time_point{} + std::chrono::seconds(100);
-  auto predict = [&](const std::string& tenant) {
-    model::Request r;
-    r.tenant = tenant;
-    model::op::Predict p;
-    p.obs.images.shape = {1, 1, 8, 8, 3};
-    r.op = p;
-    r.arrival = t0;
-    return Work{TenantWork{std::move(r)}};
-  };
+  auto predict = [&](const std::string& tenant) { return request_of<model::op::Predict>(tenant, 1, t0); };
   const sched::BatchPolicy batch{64, std::chrono::microseconds(2000)};
   const sched::TrainingPolicy training{batch, 0.02};
   std::chrono::microseconds wait{};
