@@ -7,12 +7,7 @@
 
 namespace nexus::model {
 
-int pass_team(int cap, int running) {
-  if (cap < 1) cap = 1;
-  if (running < 1) running = 1;
-  const int team = cap / running;
-  return team < 1 ? 1 : team;
-}
+int pass_team(int cap, int running) { return std::max(1, std::max(1, cap) / std::max(1, running)); }
 
 int PassThreads::cap_for(int configured) {
   return configured > 0 ? configured : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
