@@ -13,24 +13,74 @@ int PassThreads::cap_for(int configured) {
   return configured > 0 ? configured : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-PassThreads::Scope::Scope(PassThreads& owner) : owner_(owner) {
+PassThreads::PassThreads(int cap, bool fixed, std::size_t lanes, int cores)
+    : cap_(cap < 1 ? 1 : cap),
+      fixed_(fixed),
+      // libgomp counts the process's first thread too: the lanes' pools get the other cores.
+      budget_(std::max(cap_, cores > 0 ? cores : cap_for(0)) - 1),
+      pool_(std::max<std::size_t>(1, lanes), 0),
+      kind_(pool_.size(), 0),
+      asked_(pool_.size(), 0) {}
+
+PassThreads::Scope::Scope(PassThreads& owner, std::size_t lane, int kind) : owner_(owner) {
   const int running = owner_.running_.fetch_add(1, std::memory_order_relaxed) + 1;
-  team_ = owner_.fixed_ ? owner_.cap_ : pass_team(owner_.cap_, running);
-  if (!owner_.fixed_) set_this_thread_team(team_);
+  if (owner_.fixed_) {
+    team_ = owner_.cap_;
+    return;
+  }
+  team_ = pass_team(owner_.cap_, running);
+  {
+    std::lock_guard lk(owner_.mu_);
+    lane = std::min(lane, owner_.pool_.size() - 1);
+    owner_.kind_[lane] = kind;
+    int others = 0;
+    for (std::size_t j = 0; j < owner_.pool_.size(); ++j)
+      if (j != lane) others += owner_.pool_[j];
+    const int room = std::max(0, owner_.budget_ - others);
+    if (team_ - 1 > room) {
+      team_ = 1 + room;
+      // An earlier lane of this queue keeps its pool: lanes of one queue take its turns in order
+      // (replica_executor.cpp), so the earlier one is where a pass alone runs next.
+      for (std::size_t j = 0; j < owner_.pool_.size(); ++j)
+        if (j != lane && owner_.pool_[j] > 0 && (owner_.kind_[j] != kind || j > lane)) owner_.asked_[j] = 1, asked_ = true;
+    }
+    // libgomp grows a pool to a wider team and lets a narrower one's surplus workers exit; a
+    // one-thread region leaves the pool as it is.
+    if (team_ > 1) owner_.pool_[lane] = team_ - 1;
+  }
+  set_this_thread_team(team_);
+}
+
+bool PassThreads::release_asked(std::size_t lane) {
+  std::lock_guard lk(mu_);
+  return lane < asked_.size() && asked_[lane];
+}
+
+int PassThreads::pool_workers(std::size_t lane) {
+  std::lock_guard lk(mu_);
+  return lane < pool_.size() ? pool_[lane] : 0;
 }
 
 namespace {
-using SetThreads = int (*)(int);  // omp_set_num_threads returns nothing: the int is ignored
+using IntCall = int (*)(int);  // omp_set_num_threads returns nothing: the int is ignored
 // Resolved once; RTLD_DEFAULT finds them in the libgomp and libtorch_cpu nexusd already loaded.
-SetThreads lookup(const char* name) { return reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, name)); }
+IntCall lookup(const char* name) { return reinterpret_cast<IntCall>(::dlsym(RTLD_DEFAULT, name)); }
 }  // namespace
 
+void PassThreads::release_pool(std::size_t lane) {
+  static const IntCall pause_all = lookup("omp_pause_resource_all");
+  constexpr int kPauseSoft = 1;  // omp_pause_soft: the threads go, the settings stay
+  if (pause_all) pause_all(kPauseSoft);
+  std::lock_guard lk(mu_);
+  if (lane < pool_.size()) pool_[lane] = 0, asked_[lane] = 0;
+}
+
 void set_this_thread_team(int threads) {
-  static const SetThreads omp = lookup("omp_set_num_threads");
+  static const IntCall omp = lookup("omp_set_num_threads");
   // MKL's own count for this thread, which LibTorch's set_num_threads set on the lane's start
   // and which MKL prefers to OpenMP's. mkl_service.h's C name: the lower-case symbol is the
   // Fortran interface, which takes a pointer.
-  static const SetThreads mkl = lookup("MKL_Set_Num_Threads_Local");
+  static const IntCall mkl = lookup("MKL_Set_Num_Threads_Local");
   thread_local int current = 0;  // skip the calls when nothing changes
   if (threads == current) return;
   current = threads;

@@ -72,7 +72,8 @@ Replica::Replica(const ModelConfig& config, torch::Device device, const std::str
       device_name_(device.str()),
       accounting_(std::move(accounting)),
       health_(health),
-      pass_threads_(PassThreads::cap_for(config.torch_threads), config.deterministic) {
+      pass_threads_(PassThreads::cap_for(config.torch_threads), config.deterministic,
+                    std::max(1, config.inference_lanes) + std::max(0, config.training_lanes)) {
   const bool builtin = config.backbone != "torchscript" && config.backbone != "aoti";
   if (config.backbone == "torchscript") {
     if (config.weights.empty()) throw std::runtime_error("--backbone torchscript needs --weights FILE.pt");
@@ -239,8 +240,7 @@ ModelStats Replica::stats() const {
   return s;
 }
 
-// A registered, attached tenant is waited for when inference groups form. Its adapter goes in
-// the status (nexusctl tenants).
+// A registered, attached tenant is waited for when inference groups form; nexusctl tenants shows its adapter.
 void Replica::note_registered(const std::string& tenant) {
   if (SlotEntry* e = registry_->find(tenant)) {
     const auto described = describe_adapter(e->trainer->head().spec().adapter);

@@ -5,10 +5,9 @@
 //   Training Queue   SFT steps, RL update minibatches, slot operations: picked by weighted fair
 //                    share (sched/fair_share.hpp), SFT steps group-batched too.
 // A turn is one group pass (or one slot operation): inference never waits behind a queue of
-// training work, only behind the turn in progress. With `[model] lanes = 2` each queue has a lane
-// (a thread) of its own and inference does not wait behind training turns at all, except a
-// tenant's own: a turn leases the slots it touches (SlotRegistry::lease), so one tenant's head is
-// never read by one lane while the other steps it. Replicas share nothing but the accounting and
+// training work, only behind the turn in progress. Lanes ([model] inference_lanes, training_lanes)
+// run turns side by side, each queue's in order (earlier_lane_idle), except a tenant's own: a turn
+// leases the slots it touches (SlotRegistry::lease). Replicas share nothing but the accounting and
 // the state directory, so a tenant's requests must always reach the replica its slot is on
 // (ModelService places tenants; model_service.cpp).
 //
@@ -84,11 +83,13 @@ class Replica {
     std::shared_ptr<daemon::Role> role;       // null without a manager
     std::thread thread;                       // GUARDED_BY(threads_mu_): the lane's thread now
     std::vector<std::thread> retired;         // GUARDED_BY(threads_mu_): generations that threw and left
+    bool busy = false;  // GUARDED_BY(mu_): from its turn's pick to the turn's end
   };
 
   void start_lane(Lane& lane, const std::string& role_name);
   void run(Lane& lane, std::uint64_t generation);
   void serve(Lane& lane, std::uint64_t generation);
+  bool earlier_lane_idle(const Lane& lane) const NEXUS_REQUIRES(mu_);  // replica_executor.cpp has why
   // `running`: the turn's tenants marked running (several training lanes), unmarked and
   // cleared with the turn's charge.
   void execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint64_t>& running);
@@ -125,8 +126,7 @@ class Replica {
   std::set<std::uint64_t> attached_ids_ NEXUS_GUARDED_BY(mu_);  // the same, as ids
   std::set<std::string> attached_ NEXUS_GUARDED_BY(mu_);  // attached and registered
   bool stop_ NEXUS_GUARDED_BY(mu_) = false;
-  double busy_train_ NEXUS_GUARDED_BY(mu_) = 0;  // recent, decaying
-  double busy_infer_ NEXUS_GUARDED_BY(mu_) = 0;
+  double busy_train_ NEXUS_GUARDED_BY(mu_) = 0, busy_infer_ NEXUS_GUARDED_BY(mu_) = 0;  // recent, decaying
   sched::TurnSizer turn_sizer_ NEXUS_GUARDED_BY(mu_);  // training passes' cost
   PassThreads pass_threads_;  // each pass's team, by the lanes running (pass_threads.hpp)
   // Another tenant trained, or anyone asked for inference, within kContendedWithin: a step too big

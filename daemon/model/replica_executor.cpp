@@ -16,13 +16,18 @@ using metrics::Service;
 // One generation of the executor's role: a loop that throws reports it and leaves; the Health
 // Manager starts the next generation (the queues and slots are as the last turn left them).
 void Replica::run(Lane& lane, std::uint64_t generation) {
+  // Until the next generation's first look at the queues, the lane reads as busy: later lanes
+  // (earlier_lane_idle) do not leave work for a thread that is not there.
+  const auto down = [&] { MutexLock lk(mu_); lane.busy = true; };
   try {
     serve(lane, generation);
   } catch (const std::exception& e) {
     if (!lane.role) throw;  // no manager: nothing would restart it
+    down();
     lane.role->failed(std::string("executor: ") + e.what(), generation);
   } catch (...) {
     if (!lane.role) throw;
+    down();
     lane.role->failed("executor: unknown exception", generation);
   }
 }
@@ -37,29 +42,34 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
   // reductions split across threads the same way in every pass.
   torch::set_num_threads(pass_threads_.cap());
   (void)at::get_num_threads();  // LibTorch's per-thread first-use set-up now, not inside a pass (it resets the team)
+  pass_threads_.release_pool(lane.index);  // this generation's thread holds no OpenMP pool yet
   if (config_.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   const sched::TrainingPolicy training{config_.batch, config_.group_window_s};
   auto next_evict = sched::Clock::now();
   for (;;) {
     std::optional<WorkQueues::Turn> turn;
+    bool release = false;  // give this thread's OpenMP pool back (pass_threads.hpp)
     // With several training lanes a training turn's tenants are marked running from its pick
     // (WorkQueues::next) until execute charges the turn; this guard unmarks them when the turn
     // throws instead: else they would never train again.
     // An inference turn's tenants are marked running from the pick until the turn ends (whatever
     // way): another lane's group does not wait for them meanwhile.
+    // And the lane reads as busy from the pick until the turn ends.
     struct Unmark {
       Replica& replica;
+      Lane& lane;
       std::vector<std::uint64_t> tenants, inference;
       ~Unmark() {
-        if (tenants.empty() && inference.empty()) return;
+        if (!lane.busy && tenants.empty() && inference.empty()) return;  // busy: written by this thread only
         {
           MutexLock lk(replica.mu_);
+          lane.busy = false;
           replica.queues_.training_done(tenants);
           replica.queues_.inference_done(inference);
         }
         if (!tenants.empty()) replica.cv_.notify_all();  // another training lane may take their work now
       }
-    } unmark{*this, {}, {}};
+    } unmark{*this, lane, {}, {}};
     {
       MutexLock lk(mu_);
       if (stop_ || (lane.role && !lane.role->current(generation))) return;
@@ -67,7 +77,7 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
       if (work && daemon::fault::at(daemon::fault::Point::ExecutorTurn) == daemon::fault::Action::Throw)
         throw std::runtime_error("injected fault: the executor threw");
       std::chrono::microseconds wait = std::chrono::seconds(1);  // wakes for eviction at least
-      if (work) {
+      if (work && !earlier_lane_idle(lane)) {
         const auto now = sched::Clock::now();
         const auto active = training_active(now);
         std::chrono::microseconds until{0};
@@ -80,7 +90,14 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
         if (turn && turn->inference)
           for (const auto& w : turn->works) unmark.inference.push_back(tenant_id(tenant_of(w)));
       }
-      if (!turn) cv_.wait_for(lk.native(), wait);
+      lane.busy = turn.has_value();
+      if (turn && queues_.has_work(lane.serves)) cv_.notify_all();  // a later lane may take the rest now
+      release = !turn && pass_threads_.release_asked(lane.index);   // another lane's pass wants the cores
+      if (!turn && !release) cv_.wait_for(lk.native(), wait);
+    }
+    if (release) {
+      pass_threads_.release_pool(lane.index);  // outside the lock: its workers exit and are joined
+      continue;
     }
     if (turn) execute(lane, *turn, unmark.tenants);  // unmarks them with the turn's charge
     if (lane.index != 0) continue;  // the first lane keeps the registry's housekeeping
@@ -93,6 +110,18 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
     stats_.slots_resident = resident;
     stats_.slots_evicted = evicted;
   }
+}
+
+// Lanes that serve one queue take its turns in order: a later lane only while every earlier one
+// runs a turn. Why: a pass alone then runs on the same lane each time, so only that lane's thread
+// leads a wide OpenMP team (pass_threads.hpp), and libgomp's workers keep spinning between a
+// pass's operators only while its threads, idle teams' included, are no more than the cores.
+bool Replica::earlier_lane_idle(const Lane& lane) const {
+  for (std::size_t i = 0; i < lane.index; ++i) {
+    const Lane& earlier = *lanes_[i];
+    if (!earlier.busy && (earlier.serves == lane.serves || earlier.serves == WorkQueues::Serves::Both)) return true;
+  }
+  return false;
 }
 
 void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint64_t>& running) {
@@ -121,7 +150,10 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint6
     contended = contended_;
     if (batchable && !turn.inference) split = split_above(turn.works);
   }
-  const PassThreads::Scope team(pass_threads_);
+  // Sized to the lanes running and the other lanes' OpenMP pools; a lane asked for its pool
+  // gives it back when it next finds nothing to do (serve).
+  const PassThreads::Scope team(pass_threads_, lane.index, lane.serves == WorkQueues::Serves::Training);
+  if (team.asked_release()) cv_.notify_all();
   if (batchable) {
     ran = lane.executor->run(turn.works, service, split);
   } else {

@@ -5,6 +5,7 @@
 // stepped head, never a half-written one); deterministic mode keeps one lane.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <fstream>
@@ -198,4 +199,39 @@ TEST_CASE("with two training lanes a tenant's step runs beside another's long st
   const auto metrics = nexus::query_metrics(d.socket());
   CHECK_THAT(metrics, Catch::Contains("lane=\"1\",serves=\"training\"") &&
                           Catch::Contains("lane=\"2\",serves=\"training\""));
+}
+
+// nexusd shortens libgomp's spin for itself (daemon/main.cpp, settle_openmp_spin): libgomp reads
+// it before main, so nexusd starts itself again with it set; a setting in its environment stays.
+TEST_CASE("nexusd sets libgomp's spin for itself and keeps one its environment gives", "[integration][lanes]") {
+  const auto environment = [](pid_t pid) {
+    const auto text = read_file("/proc/" + std::to_string(pid) + "/environ");
+    std::vector<std::string> vars;
+    for (std::size_t at = 0, end; at < text.size(); at = end + 1) {
+      end = text.find('\0', at);
+      if (end == std::string::npos) end = text.size();
+      vars.push_back(text.substr(at, end - at));
+    }
+    return vars;
+  };
+  const auto has = [](const std::vector<std::string>& vars, const std::string& var) {
+    return std::find(vars.begin(), vars.end(), var) != vars.end();
+  };
+  ::unsetenv("GOMP_SPINCOUNT");  // the test's own environment, which nexusd inherits
+  ::unsetenv("OMP_WAIT_POLICY");
+  {
+    Daemon d({"--backbone", "none"});
+    CHECK(has(environment(d.pid()), "GOMP_SPINCOUNT=3000"));
+    CHECK(d.stop() == 0);  // the same process the harness started: it answers to its pid
+  }
+  {
+    Daemon d({"--backbone", "none"}, nexusd_path(), {{"GOMP_SPINCOUNT", "50000"}});
+    const auto vars = environment(d.pid());
+    CHECK(has(vars, "GOMP_SPINCOUNT=50000"));
+    CHECK_FALSE(has(vars, "GOMP_SPINCOUNT=3000"));
+  }
+  Daemon d({"--backbone", "none"}, nexusd_path(), {{"OMP_WAIT_POLICY", "passive"}});
+  const auto vars = environment(d.pid());
+  CHECK(has(vars, "OMP_WAIT_POLICY=passive"));
+  CHECK_FALSE(std::any_of(vars.begin(), vars.end(), [](const std::string& v) { return v.rfind("GOMP_SPINCOUNT=", 0) == 0; }));
 }
