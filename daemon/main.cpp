@@ -96,10 +96,10 @@ void write_timeline(const std::string& path, const std::vector<nexus::metrics::I
 }
 #endif
 // How long libgomp's workers spin before they sleep, between a pass's operators: 3000 pauses
-// (about 0.1 ms here) instead of its default 300,000 (milliseconds). Why: the lanes keep their
+// instead of its default 300,000 (milliseconds). Why: the lanes keep their
 // OpenMP pools within the cores (daemon/model/pass_threads.hpp), so libgomp no longer throttles
 // the spin to ~100 pauses, and a lone pass's workers stay awake between operators (a batch-1
-// predict on tiny: 3.2 ms before, 1.4-1.9 after); but when another lane's pass starts beside a
+// predict on tiny: 3.2 ms before, 1.4-2.3 at p50 after); but when another lane's pass starts beside a
 // wide one, a worker spinning for milliseconds holds a core the other pass needs (measured: a
 // 366 ms training turn where 50 ms is usual, docs/results.md). libgomp reads the variable once,
 // before main, so nexusd sets it and starts itself again (same pid, same descriptors: systemd's
