@@ -96,14 +96,14 @@ void write_timeline(const std::string& path, const std::vector<nexus::metrics::I
 }
 #endif
 // How long libgomp's workers spin before they sleep, between a pass's operators: 3000 pauses
-// instead of its default 300,000 (milliseconds). Why: the lanes keep their
-// OpenMP pools within the cores (daemon/model/pass_threads.hpp), so libgomp no longer throttles
-// the spin to ~100 pauses, and a lone pass's workers stay awake between operators (a batch-1
-// predict on tiny: 3.2 ms before, 1.4-2.3 at p50 after); but when another lane's pass starts beside a
-// wide one, a worker spinning for milliseconds holds a core the other pass needs (measured: a
-// 366 ms training turn where 50 ms is usual, docs/results.md). libgomp reads the variable once,
-// before main, so nexusd sets it and starts itself again (same pid, same descriptors: systemd's
-// socket too). An environment that sets GOMP_SPINCOUNT or OMP_WAIT_POLICY is left as it is.
+// instead of its default 300,000 (milliseconds). Why: the lanes keep their OpenMP pools within
+// the cores (daemon/model/pass_threads.hpp), so libgomp no longer throttles the spin to ~100
+// pauses, and a lone pass's workers stay awake between operators (a batch-1 predict on tiny:
+// 3.2 ms before, 1.4-2.3 at p50 after); but when another lane's pass starts beside a wide one,
+// a worker spinning for milliseconds holds a core the other pass needs (measured: a 366 ms
+// training turn where 50 ms is usual, docs/results.md). libgomp reads the variable once, before
+// main, so nexusd sets it and starts itself again (same pid, same descriptors: systemd's socket
+// too). An environment that sets GOMP_SPINCOUNT or OMP_WAIT_POLICY is left as it is.
 void settle_openmp_spin(char** argv) {
   if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
   ::setenv("GOMP_SPINCOUNT", "3000", 1);
