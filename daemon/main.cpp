@@ -104,10 +104,21 @@ void write_timeline(const std::string& path, const std::vector<nexus::metrics::I
 // training turn where 50 ms is usual, docs/results.md). libgomp reads the variable once, before
 // main, so nexusd sets it and starts itself again (same pid, same descriptors: systemd's socket
 // too). An environment that sets GOMP_SPINCOUNT or OMP_WAIT_POLICY is left as it is.
+// The processes nexusd starts (rollout engines, dataset readers) do not inherit the setting:
+// once libgomp has read it, the second image takes it out of its environment again.
 void settle_openmp_spin(char** argv) {
+  constexpr const char* kSetHere = "NEXUSD_SET_GOMP_SPINCOUNT";
+  if (std::getenv(kSetHere)) {
+    ::unsetenv(kSetHere);
+    ::unsetenv("GOMP_SPINCOUNT");
+    return;
+  }
   if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
   ::setenv("GOMP_SPINCOUNT", "3000", 1);
+  ::setenv(kSetHere, "1", 1);
   ::execv("/proc/self/exe", argv);  // returns only if it failed: then libgomp's default stays
+  ::unsetenv(kSetHere);
+  ::unsetenv("GOMP_SPINCOUNT");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "daemon/model/pass_threads.hpp"
 
 #include <dlfcn.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <thread>
@@ -8,6 +9,17 @@
 namespace nexus::model {
 
 int pass_team(int cap, int running) { return std::max(1, std::max(1, cap) / std::max(1, running)); }
+
+namespace {
+// What libgomp compares its threads with: the CPUs in the affinity mask as it loaded (a
+// cpuset, taskset or the unit's CPUAffinity= may leave fewer than the machine has).
+int cpus_libgomp_counts() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return PassThreads::cap_for(0);
+}
+}  // namespace
 
 int PassThreads::cap_for(int configured) {
   return configured > 0 ? configured : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -17,7 +29,7 @@ PassThreads::PassThreads(int cap, bool fixed, std::size_t lanes, int cores)
     : cap_(cap < 1 ? 1 : cap),
       fixed_(fixed),
       // libgomp counts the process's first thread too: the lanes' pools get the other cores.
-      budget_(std::max(cap_, cores > 0 ? cores : cap_for(0)) - 1),
+      budget_(std::max(cap_, cores > 0 ? cores : cpus_libgomp_counts()) - 1),
       pool_(std::max<std::size_t>(1, lanes), 0),
       kind_(pool_.size(), 0),
       asked_(pool_.size(), 0) {}
@@ -33,6 +45,10 @@ PassThreads::Scope::Scope(PassThreads& owner, std::size_t lane, int kind) : owne
     std::lock_guard lk(owner_.mu_);
     lane = std::min(lane, owner_.pool_.size() - 1);
     owner_.kind_[lane] = kind;
+    // Asked for its pool but not idle yet (a busy queue): half the cap at most until it gives the
+    // pool back, so libgomp lets the surplus workers go and the asking lane finds room (on two
+    // cores half is one thread, which shrinks nothing: there only its idle moment does).
+    if (owner_.asked_[lane] && owner_.cap_ >= 4) team_ = std::min(team_, owner_.cap_ / 2);
     int others = 0;
     for (std::size_t j = 0; j < owner_.pool_.size(); ++j)
       if (j != lane) others += owner_.pool_[j];
@@ -70,7 +86,9 @@ IntCall lookup(const char* name) { return reinterpret_cast<IntCall>(::dlsym(RTLD
 void PassThreads::release_pool(std::size_t lane) {
   static const IntCall pause_all = lookup("omp_pause_resource_all");
   constexpr int kPauseSoft = 1;  // omp_pause_soft: the threads go, the settings stay
-  if (pause_all) pause_all(kPauseSoft);
+  // No libgomp: no pools to give back. A refused pause (inside a parallel region: never here)
+  // leaves the ledger as it was.
+  if (pause_all && pause_all(kPauseSoft) != 0) return;
   std::lock_guard lk(mu_);
   if (lane < pool_.size()) pool_[lane] = 0, asked_[lane] = 0;
 }

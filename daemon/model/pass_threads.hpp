@@ -17,7 +17,8 @@
 // pass on tiny took 3 ms instead of 1.5 (service.md, "What a batch-1 request costs"). So the
 // workers that lanes' pools hold are kept within the cores: a pass whose team would not fit
 // beside the other lanes' pools runs on what fits (one thread at least) and asks the lanes that
-// hold them (another queue's, or a later lane of its own) to give theirs back between turns.
+// hold them (another queue's, or a later lane of its own) to give theirs back between turns;
+// an asked lane that stays busy takes half the cap at most meanwhile (its pool shrinks).
 //
 // Deterministic mode keeps the count fixed for the daemon's life: a reduction split over another
 // number of threads may round differently, and that mode promises bitwise results.

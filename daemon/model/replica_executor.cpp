@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <exception>
 
 #include "daemon/fault/fault_plan.hpp"
 #include "daemon/model/replica.hpp"
@@ -16,9 +17,13 @@ using metrics::Service;
 // One generation of the executor's role: a loop that throws reports it and leaves; the Health
 // Manager starts the next generation (the queues and slots are as the last turn left them).
 void Replica::run(Lane& lane, std::uint64_t generation) {
-  // Until the next generation's first look at the queues, the lane reads as busy: later lanes
-  // (earlier_lane_idle) do not leave work for a thread that is not there.
-  const auto down = [&] { MutexLock lk(mu_); lane.busy = true; };
+  // Until the next generation's first look at the queues, the lane reads as busy (a turn that
+  // throws leaves it so: Unmark), and the lanes after it are woken: they do not leave work for a
+  // thread that is not there.
+  const auto down = [&] {
+    { MutexLock lk(mu_); lane.busy = true; }
+    cv_.notify_all();
+  };
   try {
     serve(lane, generation);
   } catch (const std::exception& e) {
@@ -63,7 +68,7 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
         if (!lane.busy && tenants.empty() && inference.empty()) return;  // busy: written by this thread only
         {
           MutexLock lk(replica.mu_);
-          lane.busy = false;
+          lane.busy = std::uncaught_exceptions() > 0;  // a lane going down never reads as idle
           replica.queues_.training_done(tenants);
           replica.queues_.inference_done(inference);
         }
@@ -153,7 +158,10 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint6
   // Sized to the lanes running and the other lanes' OpenMP pools; a lane asked for its pool
   // gives it back when it next finds nothing to do (serve).
   const PassThreads::Scope team(pass_threads_, lane.index, lane.serves == WorkQueues::Serves::Training);
-  if (team.asked_release()) cv_.notify_all();
+  if (team.asked_release()) {
+    { MutexLock lk(mu_); }  // an asked lane between its look at the ledger and its wait hears this
+    cv_.notify_all();
+  }
   if (batchable) {
     ran = lane.executor->run(turn.works, service, split);
   } else {
