@@ -104,6 +104,15 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
   return std::nullopt;
 }
 
+Clock::time_point WorkQueues::oldest_arrival(Serves serves) const {
+  auto oldest = Clock::time_point::max();
+  if (serves != Serves::Training)
+    for (const auto& w : inference_) oldest = std::min(oldest, arrival_of(w));
+  if (serves != Serves::Inference)
+    for (const auto& w : training_) oldest = std::min(oldest, arrival_of(w));
+  return oldest;
+}
+
 std::vector<Work> WorkQueues::drain() {
   std::vector<Work> out;
   for (auto* q : {&inference_, &training_})

@@ -62,7 +62,7 @@ TEST_CASE("a step split into micro-batches equals the unsplit step, draws and op
         const auto actions = torch::randn({n, 2, 2});
         const auto a = whole.sft_step(f, state, actions);
         auto acc = split.begin_step(n);
-        for (const auto [from, count] : {std::pair{0, 5}, {5, 6}, {11, 5}})
+        for (const auto& [from, count] : {std::pair{0, 5}, {5, 6}, {11, 5}})
           split.micro_step(acc, rows(f, from, count), state.narrow(0, from, count), actions.narrow(0, from, count), from);
         const auto b = split.finish_step(acc);
         CHECK(b.step == a.step);
