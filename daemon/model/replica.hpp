@@ -6,10 +6,10 @@
 //                    share (sched/fair_share.hpp), SFT steps group-batched too.
 // A turn is one group pass (or one slot operation): inference never waits behind a queue of
 // training work, only behind the turn in progress. Lanes ([model] inference_lanes, training_lanes)
-// run turns side by side, each queue's in order (defer_to_earlier_lane, replica_executor.cpp has
-// why), except a tenant's own: a turn leases the slots it touches (SlotRegistry::lease).
-// Replicas share nothing but the accounting and the state directory, so a tenant's requests must
-// always reach the replica its slot is on (ModelService places tenants; model_service.cpp).
+// run turns side by side, each queue's in order (earlier_lane_idle), except a tenant's own: a turn
+// leases the slots it touches (SlotRegistry::lease). Replicas share nothing but the accounting and
+// the state directory, so a tenant's requests must always reach the replica its slot is on
+// (ModelService places tenants; model_service.cpp).
 //
 // Each lane is a Health Manager role (failure reports: a loop that throws is restarted on a new
 // thread with back-off). A slow turn is not taken over: a second thread cannot take a lane's
@@ -89,7 +89,7 @@ class Replica {
   void start_lane(Lane& lane, const std::string& role_name);
   void run(Lane& lane, std::uint64_t generation);
   void serve(Lane& lane, std::uint64_t generation);
-  bool defer_to_earlier_lane(const Lane&, sched::Clock::time_point, std::chrono::microseconds&) const NEXUS_REQUIRES(mu_);
+  bool earlier_lane_idle(const Lane& lane) const NEXUS_REQUIRES(mu_);  // replica_executor.cpp has why
   // `running`: the turn's tenants marked running (several training lanes), unmarked and
   // cleared with the turn's charge.
   void execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint64_t>& running);

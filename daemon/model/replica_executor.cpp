@@ -72,7 +72,8 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
           replica.queues_.training_done(tenants);
           replica.queues_.inference_done(inference);
         }
-        if (!tenants.empty()) replica.cv_.notify_all();  // another training lane may take their work now
+        // Another lane may take their work now (training, or inference held while they ran).
+        if (!tenants.empty() || !inference.empty()) replica.cv_.notify_all();
       }
     } unmark{*this, lane, {}, {}};
     {
@@ -82,7 +83,8 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
       if (work && daemon::fault::at(daemon::fault::Point::ExecutorTurn) == daemon::fault::Action::Throw)
         throw std::runtime_error("injected fault: the executor threw");
       std::chrono::microseconds wait = std::chrono::seconds(1);  // wakes for eviction at least
-      if (const auto now = sched::Clock::now(); work && !defer_to_earlier_lane(lane, now, wait)) {
+      if (work && !earlier_lane_idle(lane)) {
+        const auto now = sched::Clock::now();
         const auto active = training_active(now);
         std::chrono::microseconds until{0};
         contended_ = active.size() > 1 || now - last_inference_ < kContendedWithin;
@@ -117,28 +119,15 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
 }
 
 // Lanes that serve one queue take its turns in order: a later lane only while every earlier one
-// runs a turn, and only work that has waited kLaterLaneAfter. Why: a pass alone then runs on the
-// same lane each time, so only that lane's thread leads a wide OpenMP team (pass_threads.hpp),
-// and libgomp's workers keep spinning between a pass's operators only while its threads, idle
-// teams' included, are no more than the cores. The wait: a lane answers its turn's tenants before
-// it marks itself idle, and a closed-loop tenant's next request often comes in between; the
-// earlier lane takes it as it looks again, microseconds later. (Without the wait, the second
-// inference lane took a quarter of a lone tenant's turns: "a tenant predicting alone is served by
-// the first inference lane", lanes_test.cpp.) Deferring, `wait` is when to look again.
-bool Replica::defer_to_earlier_lane(const Lane& lane, sched::Clock::time_point now,
-                                    std::chrono::microseconds& wait) const {
-  constexpr auto kLaterLaneAfter = std::chrono::microseconds(500);
-  bool later = false;
+// runs a turn. Why: a pass alone then runs on the same lane each time, so only that lane's thread
+// leads a wide OpenMP team (pass_threads.hpp), and libgomp's workers keep spinning between a
+// pass's operators only while its threads, idle teams' included, are no more than the cores.
+bool Replica::earlier_lane_idle(const Lane& lane) const {
   for (std::size_t i = 0; i < lane.index; ++i) {
     const Lane& earlier = *lanes_[i];
-    if (earlier.serves != lane.serves && earlier.serves != WorkQueues::Serves::Both) continue;
-    if (!earlier.busy) return true;
-    later = true;
+    if (!earlier.busy && (earlier.serves == lane.serves || earlier.serves == WorkQueues::Serves::Both)) return true;
   }
-  const auto waited = now - queues_.oldest_arrival(lane.serves);
-  if (!later || waited >= kLaterLaneAfter) return false;
-  wait = std::min(wait, std::chrono::ceil<std::chrono::microseconds>(kLaterLaneAfter - waited));
-  return true;
+  return false;
 }
 
 void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint64_t>& running) {

@@ -84,17 +84,31 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
   if (training_owed && !training_.empty())
     if (auto t = training_turn()) return t;
   if (serves_inference && !inference_.empty()) {
-    std::vector<sched::PendingRequest> views;
-    views.reserve(inference_.size());
-    for (const auto& w : inference_)
-      views.push_back({key_of(w), samples_of(w), tenant_id(tenant_of(w)), true, arrival_of(w)});
-    // A tenant whose request is in another lane's pass cannot join this group until that pass
-    // answers it: waiting for it would hold the group for the whole batch window.
+    // A tenant whose request is in another lane's turn cannot join this group until that turn
+    // ends: waiting for it would hold the group for the whole batch window. Its next requests
+    // stay queued until then (as its training work does, above): that turn leases its slot, so
+    // a lane that took one would sit on the lease. Why it matters: a lane answers its turn's
+    // tenants before the turn ends, and a closed-loop tenant's next request often comes in
+    // between; a later lane took it (a quarter of a lone tenant's turn time) and ran it on a
+    // cold OpenMP pool once the lease came. Held, it goes to the lane that just answered.
     std::set<std::uint64_t> elsewhere(running_inference_.begin(), running_inference_.end());
+    elsewhere.insert(running_training_.begin(), running_training_.end());
+    std::vector<sched::PendingRequest> views;
+    std::vector<std::size_t> position;  // views[i] is inference_[position[i]]
+    for (std::size_t i = 0; i < inference_.size(); ++i) {
+      const auto& w = inference_[i];
+      const auto id = tenant_id(tenant_of(w));
+      if (elsewhere.count(id)) continue;
+      views.push_back({key_of(w), samples_of(w), id, true, arrival_of(w)});
+      position.push_back(i);
+    }
     const auto could_join = active_inference - std::min(active_inference, elsewhere.size());
-    const auto d = sched::decide(views, now, batch, std::max<std::size_t>(1, could_join));
+    sched::Decision d{{}, std::chrono::microseconds::max()};  // all held: woken as those turns end
+    if (!views.empty()) d = sched::decide(views, now, batch, std::max<std::size_t>(1, could_join));
     if (!d.take.empty()) {
-      Turn turn{take(inference_, d.take), true};
+      std::vector<std::size_t> take_at;
+      for (auto i : d.take) take_at.push_back(position[i]);
+      Turn turn{take(inference_, take_at), true};
       for (const auto& w : turn.works) running_inference_.insert(tenant_id(tenant_of(w)));
       return turn;
     }
@@ -102,15 +116,6 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
   }
   if (serves_training && !training_owed && !training_.empty()) return training_turn();
   return std::nullopt;
-}
-
-Clock::time_point WorkQueues::oldest_arrival(Serves serves) const {
-  auto oldest = Clock::time_point::max();
-  if (serves != Serves::Training)
-    for (const auto& w : inference_) oldest = std::min(oldest, arrival_of(w));
-  if (serves != Serves::Inference)
-    for (const auto& w : training_) oldest = std::min(oldest, arrival_of(w));
-  return oldest;
 }
 
 std::vector<Work> WorkQueues::drain() {

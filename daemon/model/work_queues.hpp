@@ -58,8 +58,6 @@ class WorkQueues {
   bool has_work(Serves serves) const {
     return serves == Serves::Both ? !empty() : serves == Serves::Inference ? !inference_.empty() : !training_.empty();
   }
-  // When the oldest work waiting in the queue(s) `serves` names came (precondition: has_work).
-  Clock::time_point oldest_arrival(Serves serves) const;
   bool empty() const { return inference_.empty() && training_.empty(); }
   std::size_t inference_size() const { return inference_.size(); }
   std::size_t training_size() const { return training_.size(); }
