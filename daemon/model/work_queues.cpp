@@ -84,15 +84,17 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
   if (training_owed && !training_.empty())
     if (auto t = training_turn()) return t;
   if (serves_inference && !inference_.empty()) {
-    // A tenant whose request is in another lane's turn cannot join this group until that turn
-    // ends: waiting for it would hold the group for the whole batch window. Its next requests
-    // stay queued until then (as its training work does, above): that turn leases its slot, so
-    // a lane that took one would sit on the lease. Why it matters: a lane answers its turn's
-    // tenants before the turn ends, and a closed-loop tenant's next request often comes in
-    // between; a later lane took it (a quarter of a lone tenant's turn time) and ran it on a
-    // cold OpenMP pool once the lease came. Held, it goes to the lane that just answered.
+    // A tenant whose request is in another lane's pass cannot join this group until that pass
+    // answers it: waiting for it would hold the group for the whole batch window. Its next
+    // requests stay queued until that turn ends: the turn leases its slot, so a lane that took
+    // one would sit on the lease. Why it matters: a lane answers its turn's tenants before the
+    // turn ends, and a closed-loop tenant's next request often comes in between; a later lane
+    // took it (up to a quarter of a lone tenant's turn time) and ran it on a cold OpenMP pool
+    // once the lease came. Held, it goes to the lane that just answered. (Not held while the
+    // tenant's training turn runs: holding an RL job's act through its update minibatch took it
+    // out of the group it would have joined, and on the CPU a pass costs far more than its
+    // share of rows; three workload runs read 0.94, 0.68 and 0.58 of the ceiling, results.md.)
     std::set<std::uint64_t> elsewhere(running_inference_.begin(), running_inference_.end());
-    elsewhere.insert(running_training_.begin(), running_training_.end());
     std::vector<sched::PendingRequest> views;
     std::vector<std::size_t> position;  // views[i] is inference_[position[i]]
     for (std::size_t i = 0; i < inference_.size(); ++i) {
