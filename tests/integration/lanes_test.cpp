@@ -2,7 +2,8 @@
 // lanes"): a tenant's prediction is answered while another tenant's whole training step runs on
 // the training lane, and while another's long prediction runs on the other inference lane; a
 // tenant's own prediction waits for its own step (its slot is leased by the turn: it sees the
-// stepped head, never a half-written one); deterministic mode keeps one lane.
+// stepped head, never a half-written one); a tenant predicting alone is served by the first
+// inference lane; deterministic mode keeps one lane.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
