@@ -18,6 +18,7 @@
 #include "daemon/ipc/listener.hpp"
 #include "daemon/ipc/reactor.hpp"
 #include "daemon/log/log.hpp"
+#include "daemon/process_settings.hpp"
 #ifdef NEXUS_WITH_MODEL
 #include "daemon/master/master.hpp"
 #endif
@@ -95,36 +96,11 @@ void write_timeline(const std::string& path, const std::vector<nexus::metrics::I
     out << nexus::metrics::service_name(i.service) << ',' << i.tenant << ',' << i.start_s << ',' << i.end_s << '\n';
 }
 #endif
-// How long libgomp's workers spin before they sleep, between a pass's operators: 3000 pauses
-// instead of its default 300,000 (milliseconds). Why: the lanes keep their OpenMP pools within
-// the cores (daemon/model/pass_threads.hpp), so libgomp no longer throttles the spin to ~100
-// pauses, and a lone pass's workers stay awake between operators (a batch-1 predict on tiny:
-// 3.2 ms before, 1.4-2.3 at p50 after); but when another lane's pass starts beside a wide one,
-// a worker spinning for milliseconds holds a core the other pass needs (measured: a 366 ms
-// training turn where 50 ms is usual, docs/results.md). libgomp reads the variable once, before
-// main, so nexusd sets it and starts itself again (same pid, same descriptors: systemd's socket
-// too). An environment that sets GOMP_SPINCOUNT or OMP_WAIT_POLICY is left as it is.
-// The processes nexusd starts (rollout engines, dataset readers) do not inherit the setting:
-// once libgomp has read it, the second image takes it out of its environment again.
-void settle_openmp_spin(char** argv) {
-  constexpr const char* kSetHere = "NEXUSD_SET_GOMP_SPINCOUNT";
-  if (std::getenv(kSetHere)) {
-    ::unsetenv(kSetHere);
-    ::unsetenv("GOMP_SPINCOUNT");
-    return;
-  }
-  if (std::getenv("GOMP_SPINCOUNT") || std::getenv("OMP_WAIT_POLICY")) return;
-  ::setenv("GOMP_SPINCOUNT", "3000", 1);
-  ::setenv(kSetHere, "1", 1);
-  ::execv("/proc/self/exe", argv);  // returns only if it failed: then libgomp's default stays
-  ::unsetenv(kSetHere);
-  ::unsetenv("GOMP_SPINCOUNT");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  settle_openmp_spin(argv);
+  nexus::daemon::settle_openmp_spin(argv);
+  nexus::daemon::settle_malloc();  // before any thread: each thread's arena starts with it
   using nexus::daemon::DaemonConfig;
   CLI::App app{"nexusd: the Nexus multi-tenant VLA post-training daemon"};
   std::string config_path, socket_path, log_level;

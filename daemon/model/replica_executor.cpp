@@ -209,6 +209,12 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint6
     // Unmarked with the charge, under one lock: a step pushed in between would otherwise be
     // lifted to the charged virtual time of a tenant that still reads as running.
     queues_.training_done(running);
+    // A training lane is idle from here (it only loops back to pick), and says so with the
+    // unmark: else a later training lane, woken below, found it still busy and took the
+    // tenant's next step, already sent on the reply, on a cold OpenMP pool and arena (5-8% of a
+    // lone tenant's turn time, measured). A lane that also serves inference keeps reading busy
+    // until its housekeeping is done (serve), so the inference lanes after it are not held back.
+    if (lane.serves == WorkQueues::Serves::Training) lane.busy = false;
   }
   if (!running.empty()) cv_.notify_all();  // another training lane may take their work now
   running.clear();
