@@ -2,6 +2,7 @@
 // from the queues it serves (inference first), a grouped turn's execution and accounting, and
 // turns of their own.
 #include <c10/core/DeviceGuard.h>
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -13,6 +14,20 @@
 namespace nexus::model::detail {
 
 using metrics::Service;
+
+namespace {
+// nexusd keeps what its passes freed in glibc's arenas while it works (process_settings.cpp):
+// the next pass needs as much again. Once the lanes have been idle for kTrimAfterIdle, that
+// memory goes back to the system, once per quiet spell, so an idle daemon does not hold its
+// busiest moment's pages (tested: resources_test.cpp).
+void trim_when_quiet(sched::Clock::time_point now, sched::Clock::time_point last_turn_end,
+                     sched::Clock::time_point& trimmed_after) {
+  constexpr auto kTrimAfterIdle = std::chrono::seconds(5);
+  if (now - last_turn_end < kTrimAfterIdle || last_turn_end == trimmed_after) return;
+  ::malloc_trim(0);
+  trimmed_after = last_turn_end;
+}
+}  // namespace
 
 // One generation of the executor's role: a loop that throws reports it and leaves; the Health
 // Manager starts the next generation (the queues and slots are as the last turn left them).
@@ -51,6 +66,7 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
   if (config_.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   const sched::TrainingPolicy training{config_.batch, config_.group_window_s};
   auto next_evict = sched::Clock::now();
+  sched::Clock::time_point trimmed_after{};  // the last turn's end when lane 0 last trimmed
   for (;;) {
     std::optional<WorkQueues::Turn> turn;
     bool release = false;  // give this thread's OpenMP pool back (pass_threads.hpp)
@@ -110,6 +126,14 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
     if (const auto now = sched::Clock::now(); now >= next_evict) {
       registry_->evict_idle(now);
       next_evict = now + std::chrono::seconds(1);
+      bool quiet = true;  // every lane of this replica idle: since the last turn's end
+      sched::Clock::time_point last_end;
+      {
+        MutexLock lk(mu_);
+        for (const auto& l : lanes_) quiet = quiet && !l->busy;
+        last_end = last_turn_end_;
+      }
+      if (quiet) trim_when_quiet(now, last_end, trimmed_after);
     }
     const auto resident = registry_->resident(), evicted = registry_->evicted();
     std::lock_guard lk(stats_mu_);  // published here for stats()

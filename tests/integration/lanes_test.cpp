@@ -202,7 +202,7 @@ TEST_CASE("with two training lanes a tenant's step runs beside another's long st
                           Catch::Contains("lane=\"2\",serves=\"training\""));
 }
 
-// nexusd shortens libgomp's spin for itself (daemon/main.cpp, settle_openmp_spin): libgomp reads
+// nexusd shortens libgomp's spin for itself (daemon/process_settings.cpp, settle_openmp_spin): libgomp reads
 // it before main, so nexusd starts itself again with it set; a setting in its environment stays.
 TEST_CASE("nexusd sets libgomp's spin for itself and keeps one its environment gives", "[integration][lanes]") {
   const auto environment = [](pid_t pid) {
