@@ -16,8 +16,9 @@ TEST_CASE("nexus-bench group --json ends with its figures (medians, spreads, rep
                          "--rounds", "1", "--repeats", "2", "--replicas", "2", "--latency-requests", "20", "--out",
                          out.path + "/g", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
-  INFO(read_file(out.path + "/err"));
-  REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
+  const auto exit_code = wait_exit(b, std::chrono::seconds(300));
+  INFO(read_file(out.path + "/err"));  // read once the bench is done: INFO takes its text now
+  REQUIRE(exit_code == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"speedup_daemon", "speedup_inprocess", "flops_fraction_of_peak", "rss_ratio_8_vs_1",
                           "peak_gemm_gflops", "replica_speedup", "latency_batch1_p50_ms", "latency_batch1_p99_ms",
@@ -57,8 +58,9 @@ TEST_CASE("nexus-bench group runs at the precision it is given and refuses a dev
                          "--repeats", "1", "--latency-requests", "10", "--precision", "bf16", "--device", "cpu", "--png",
                          "none", "--out", out.path + "/g", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
-  INFO(read_file(out.path + "/err"));
-  REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
+  const auto exit_code = wait_exit(b, std::chrono::seconds(300));
+  INFO(read_file(out.path + "/err"));  // read once the bench is done: INFO takes its text now
+  REQUIRE(exit_code == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   CHECK(j["precision"] == "bf16");
   CHECK(j["device"] == "cpu");
@@ -74,8 +76,9 @@ TEST_CASE("nexus-bench env --json ends with its figures", "[integration][model][
   const pid_t b = spawn({NEXUS_TEST_BENCH, "env", "--tenants", "1,2", "--sessions", "2", "--steps", "3", "--sim-steps",
                          "50", "--rl-iterations", "1", "--engine-sessions", "4", "--engine-steps", "3", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
-  INFO(read_file(out.path + "/err"));
-  REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
+  const auto exit_code = wait_exit(b, std::chrono::seconds(300));
+  INFO(read_file(out.path + "/err"));  // read once the bench is done: INFO takes its text now
+  REQUIRE(exit_code == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"reach_steps_per_s_per_core", "push_steps_per_s_per_core", "rollout_speedup_1",
                           "rollout_speedup_2", "rl_job_speedup_1", "rl_job_speedup_2", "engines_two_vs_one_reach",
@@ -93,8 +96,10 @@ TEST_CASE("nexus-bench fairness: weights hold, inference waits behind one traini
   TempDir out;
   const pid_t b = spawn({NEXUS_TEST_BENCH, "fairness", "--seconds", "6", "--shared-seconds", "10", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
+  const auto exit_code = wait_exit(b, std::chrono::seconds(300));
+  // Read once the bench is done: INFO takes its text now.
   INFO(read_file(out.path + "/err") << read_file(out.path + "/out"));
-  REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
+  REQUIRE(exit_code == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   CHECK(j["weighted_ratio"].get<double>() == Approx(2.0).epsilon(0.2));
   // The bound is idle p99 + the longest training turn; a shared 2-core CI machine also
@@ -125,8 +130,9 @@ TEST_CASE("nexus-bench workload --json compares shared and isolated runs and wri
   TempDir out;
   const pid_t b = spawn({NEXUS_TEST_BENCH, "workload", "--scale", "0.1", "--out", out.path + "/w", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
-  INFO(read_file(out.path + "/err"));
-  REQUIRE(wait_exit(b, std::chrono::seconds(600)) == 0);
+  const auto exit_code = wait_exit(b, std::chrono::seconds(600));
+  INFO(read_file(out.path + "/err"));  // read once the bench is done: INFO takes its text now
+  REQUIRE(exit_code == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"compute_time_reduction", "train_util_isolated", "train_util_shared", "infer_util_isolated",
                           "infer_util_shared", "fairness_error"}) {
@@ -165,8 +171,9 @@ TEST_CASE("nexus-bench adapters --json ends with its figures, grouped against a 
   const pid_t b = spawn({NEXUS_TEST_BENCH, "adapters", "--backbone", "tiny", "--tenants", "1,2", "--rank", "4",
                          "--rounds", "1", "--repeats", "1", "--json"},
                         {.stdout_path = out.path + "/out", .stderr_path = out.path + "/err"});
-  INFO(read_file(out.path + "/err"));
-  REQUIRE(wait_exit(b, std::chrono::seconds(300)) == 0);
+  const auto exit_code = wait_exit(b, std::chrono::seconds(300));
+  INFO(read_file(out.path + "/err"));  // read once the bench is done: INFO takes its text now
+  REQUIRE(exit_code == 0);
   const auto j = nlohmann::json::parse(last_line(out.path + "/out"));
   for (const char* key : {"infer.T1.grouped_over_serial_speedup", "infer.T2.grouped_over_serial_speedup",
                           "train.T2.grouped_over_serial_speedup", "infer.T2.plain_grouped_over_serial_speedup",

@@ -38,6 +38,20 @@ std::uint64_t minor_faults(pid_t pid) {
   return std::stoull(field);
 }
 
+// Under ASan or TSan (scripts/sanitize.sh builds nexusd and these tests alike) malloc is the
+// sanitizer's, which mallopt and malloc_trim do not steer: the memory tests below say so and stop.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kGlibcMalloc = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kGlibcMalloc = false;
+#else
+constexpr bool kGlibcMalloc = true;
+#endif
+#else
+constexpr bool kGlibcMalloc = true;
+#endif
+
 struct Obs {
   nexus::Tensor images, tokens, mask;
   nexus::Observation view() const { return {&images, &tokens, &mask, nullptr}; }
@@ -153,6 +167,10 @@ TEST_CASE("a reply larger than the response ring arrives intact through the outp
 // the kernel; with them kept, 0.1-12 (oneDNN's JIT kernels, now and then, not the allocator:
 // perf). The bound, 50 pages per request, sits between the two.
 TEST_CASE("nexusd reuses a pass's memory: repeated predicts and SFT steps fault no pages in", "[integration][model][resources]") {
+  if (!kGlibcMalloc) {
+    WARN("built with a sanitizer: its allocator is not glibc's");
+    return;
+  }
   Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn"});
   auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "steady", .timeout = std::chrono::seconds(30)});
   const auto bb = c->register_tenant({.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 64}});
@@ -176,6 +194,10 @@ constexpr std::size_t kTrimmedKib = 64 * 1024;
 // to the system (Replica::serve's housekeeping, malloc_trim), so an idle daemon does not hold its
 // busiest moment's pages. Batch-128 SFT steps on tiny keep tens of megabytes in the arenas.
 TEST_CASE("an idle nexusd gives back the memory its passes kept", "[integration][model][resources]") {
+  if (!kGlibcMalloc) {
+    WARN("built with a sanitizer: its allocator is not glibc's");
+    return;
+  }
   Daemon daemon({"--weights", tiny_weights_path(), "--log-level", "warn"});
   auto c = nexus::Client::attach({.socket_path = daemon.socket(), .tenant = "burst", .timeout = std::chrono::seconds(30)});
   const auto bb = c->register_tenant({.head = {.kind = "mlp_chunk", .action_dim = 2, .chunk = 1, .hidden = 64}});
