@@ -237,6 +237,14 @@ TEST_CASE("nexusd sets libgomp's spin for itself and keeps one its environment g
   CHECK_FALSE(std::any_of(vars.begin(), vars.end(), [](const std::string& v) { return v.rfind("GOMP_SPINCOUNT=", 0) == 0; }));
 }
 
+namespace {
+// Seconds of turns on lane `lane` of replica 0 (nexusctl metrics' executor profile).
+double lane_turn_seconds(const std::string& metrics, int lane, const char* serves) {
+  return metric_sample(metrics, "nexus_executor_seconds_total{replica=\"0\",lane=\"" + std::to_string(lane) +
+                                    "\",serves=\"" + serves + "\",device=\"cpu\",part=\"turns\"}");
+}
+}  // namespace
+
 // A queue's lanes take its turns in order (Replica::earlier_lane_idle): a later lane only while
 // every earlier one runs a turn; and a tenant's request waits in the queue while its previous turn
 // runs (WorkQueues::next), so its next request, sent as soon as the lane answered, is not taken by
@@ -253,11 +261,7 @@ TEST_CASE("a tenant predicting alone is served by the first inference lane", "[i
   const auto probe = make_batch(*c, bb, 1, 7);
   for (int i = 0; i < 300; ++i) c->predict(probe.obs());
   const auto metrics = nexus::query_metrics(d.socket());
-  const auto turns = [&](const char* lane) {
-    return metric_sample(metrics, std::string("nexus_executor_seconds_total{replica=\"0\",") + lane +
-                                      ",serves=\"inference\",device=\"cpu\",part=\"turns\"}");
-  };
-  const double first = turns("lane=\"0\""), second = turns("lane=\"1\"");
+  const double first = lane_turn_seconds(metrics, 0, "inference"), second = lane_turn_seconds(metrics, 1, "inference");
   INFO("first lane " << first << " s of turns, second lane " << second << " s");
   REQUIRE(first > 0);
   CHECK(second < 0.2 * (first + second));
@@ -275,11 +279,7 @@ TEST_CASE("a tenant training alone is served by the first training lane", "[inte
   const auto batch = make_batch(*c, bb, 16, 7);
   for (int i = 0; i < 200; ++i) c->sft_step(batch.obs(), batch.actions);
   const auto metrics = nexus::query_metrics(d.socket());
-  const auto turns = [&](const char* lane) {
-    return metric_sample(metrics, std::string("nexus_executor_seconds_total{replica=\"0\",") + lane +
-                                      ",serves=\"training\",device=\"cpu\",part=\"turns\"}");
-  };
-  const double first = turns("lane=\"1\""), second = turns("lane=\"2\"");
+  const double first = lane_turn_seconds(metrics, 1, "training"), second = lane_turn_seconds(metrics, 2, "training");
   INFO("first training lane " << first << " s of turns, second " << second << " s");
   REQUIRE(first > 0);
   CHECK(second < 0.02 * (first + second));
