@@ -66,8 +66,28 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
     }
     if (views.empty()) return std::nullopt;
     // With several training lanes, a turn never waits for a tenant that is away (between its
-    // steps) to come or join: when it comes another lane serves it. (One lane waits up to T, so a
-    // closed loop that is behind is not passed over: pick_training's rule 1b.)
+    // steps) to come or join: when it comes another lane serves it; except one that ended a turn
+    // less than T ago and is behind (rule 1c, fair_share.hpp). (One lane waits up to T for any
+    // active tenant behind, so a closed loop is not passed over: pick_training's rule 1b.)
+    if (concurrent_training_) {
+      std::set<std::uint64_t> queued;
+      for (const auto& w : training_) queued.insert(tenant_id(tenant_of(w)));
+      std::map<std::uint64_t, Clock::time_point> expected;
+      for (auto it = turn_ended_.begin(); it != turn_ended_.end();) {
+        const auto until = it->second + training.batch.max_wait;
+        if (until <= now) {
+          it = turn_ended_.erase(it);  // kept T at most: the map holds the tenants of the last T
+          continue;
+        }
+        if (!queued.count(it->first) && !running_training_.count(it->first)) expected[it->first] = until;
+        ++it;
+      }
+      if (const auto w = sched::wait_for_expected(views, share.shares(), expected, now, training.group_window_s);
+          w.count() > 0) {
+        wait = std::min(wait, w);
+        return std::nullopt;
+      }
+    }
     static const std::set<std::uint64_t> kNone;
     const auto d = sched::pick_training(views, share.shares(), concurrent_training_ ? kNone : active_training, now, training);
     if (!d.take.empty()) {

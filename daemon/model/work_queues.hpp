@@ -18,6 +18,7 @@
 // Thread safety: none; the model service's queue lock guards every call.
 #pragma once
 #include <deque>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -63,9 +64,14 @@ class WorkQueues {
   std::size_t training_size() const { return training_.size(); }
   // Several training lanes take turns at once (set once, before any lane starts).
   void set_concurrent_training(bool on) { concurrent_training_ = on; }
-  // The training turn of these tenants (tenant_id) has ended, or failed: their work may go again.
-  void training_done(const std::vector<std::uint64_t>& tenants) {
-    for (auto id : tenants) running_training_.erase(id);
+  // The training turn of these tenants (tenant_id) has ended, or failed, at `ended`: their work
+  // may go again, and (several training lanes) each is expected back until `ended` + T
+  // (sched::wait_for_expected).
+  void training_done(const std::vector<std::uint64_t>& tenants, Clock::time_point ended) {
+    for (auto id : tenants) {
+      running_training_.erase(id);
+      if (concurrent_training_) turn_ended_[id] = ended;
+    }
   }
   bool training_running(std::uint64_t tenant) const { return running_training_.count(tenant) != 0; }
   // An inference turn next() gave has ended, or failed: each of its works' tenant, once per work.
@@ -86,6 +92,7 @@ class WorkQueues {
   static std::vector<Work> take(std::deque<Work>& q, const std::vector<std::size_t>& indices);
   std::deque<Work> inference_, training_;
   std::set<std::uint64_t> running_training_;  // tenants of the training turns under way
+  std::map<std::uint64_t, Clock::time_point> turn_ended_;  // several training lanes: each one's last turn's end, until T after
   std::multiset<std::uint64_t> running_inference_;  // of the inference turns under way, once per work
   bool concurrent_training_ = false;
 };

@@ -23,21 +23,45 @@ bool may_start_beside(std::uint64_t tenant, const std::set<std::uint64_t>& runni
   return true;
 }
 
-Decision pick_training(std::span<const TrainingRequest> pending, const std::map<std::uint64_t, TenantShare>& shares,
-                       const std::set<std::uint64_t>& active, Clock::time_point now, const TrainingPolicy& policy) {
-  // 1. The leader: highest priority, then least virtual time, then the oldest request.
+namespace {
+
+// 1. The leader: highest priority, then least virtual time, then the oldest request. The index
+// is the leader's first pending request.
+std::size_t leader_of(std::span<const TrainingRequest> pending, const std::map<std::uint64_t, TenantShare>& shares) {
   std::size_t lead = 0;
   for (std::size_t i = 1; i < pending.size(); ++i) {
     const auto a = share_of(shares, pending[i].tenant), b = share_of(shares, pending[lead].tenant);
     if (a.priority > b.priority || (a.priority == b.priority && a.virtual_s < b.virtual_s)) lead = i;
   }
-  // `lead` is the leader's first pending request: earlier indices with the same tenant would
-  // have compared equal and been found first.
+  // Earlier indices with the same tenant would have compared equal and been found first.
   for (std::size_t i = 0; i < lead; ++i)
-    if (pending[i].tenant == pending[lead].tenant) {
-      lead = i;
-      break;
-    }
+    if (pending[i].tenant == pending[lead].tenant) return i;
+  return lead;
+}
+
+}  // namespace
+
+std::chrono::microseconds wait_for_expected(std::span<const TrainingRequest> pending,
+                                            const std::map<std::uint64_t, TenantShare>& shares,
+                                            const std::map<std::uint64_t, Clock::time_point>& expected,
+                                            Clock::time_point now, double window_s) {
+  if (pending.empty()) return std::chrono::microseconds(0);
+  const auto leader = share_of(shares, pending[leader_of(pending, shares)].tenant);
+  auto wait = std::chrono::microseconds(0);
+  for (const auto& [tenant, until] : expected) {
+    const auto other = share_of(shares, tenant);
+    if (until <= now || other.priority < leader.priority ||
+        (other.priority == leader.priority && other.virtual_s + window_s >= leader.virtual_s))
+      continue;
+    // Rounded up: a lane woken a microsecond early would find the same wait and spin.
+    wait = std::max(wait, std::chrono::ceil<std::chrono::microseconds>(until - now));
+  }
+  return wait;
+}
+
+Decision pick_training(std::span<const TrainingRequest> pending, const std::map<std::uint64_t, TenantShare>& shares,
+                       const std::set<std::uint64_t>& active, Clock::time_point now, const TrainingPolicy& policy) {
+  const std::size_t lead = leader_of(pending, shares);  // 1.
   const TrainingRequest& first = pending[lead];
   Decision d;
   // 1b. A closed-loop tenant (one step at a time) is not pending between its reply and its next

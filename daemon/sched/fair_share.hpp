@@ -6,6 +6,7 @@
 //      the lowest virtual time (compute-seconds charged / weight: VTC, Sheng et al. 2024).
 //      An active tenant that is further behind but has nothing pending at the moment (a
 //      closed-loop program between its reply and its next step) is waited for, up to T.
+//      With several training lanes, only a tenant whose turn ended less than T ago is (1c).
 //   2. A leader whose oldest request is not batchable (an RL update minibatch, publish, save)
 //      gets a turn alone.
 //   3. Otherwise its consecutive SFT requests form a group, and other tenants' consecutive SFT
@@ -60,6 +61,20 @@ struct TrainingPolicy {
 // weights would not count); the tenant behind need not wait for a turn it is owed.
 bool may_start_beside(std::uint64_t tenant, const std::set<std::uint64_t>& running,
                       const std::map<std::uint64_t, TenantShare>& shares, double window_s);
+
+// 1c. With several training lanes a turn does not wait for an active tenant that is away: when
+// it comes, another lane serves it. But a closed loop with one step in flight is never pending
+// when a lane picks, so the tenant ahead of it took every free lane and a weight bought the
+// closed loop little (with a weight of 2, a batch-4 loop beside a batch-128 one got 0.56 of the
+// device by alone rates, not 0.67: docs/results.md). So a tenant whose last turn ended moments
+// ago (`expected`: tenant -> until when it is expected back, its turn's end + T) and that is
+// behind the leader of `pending` by more than `window_s` of virtual time, or in a higher
+// priority class, is waited for: how long to wait, or 0 to pick now. Bounded: T per turn of
+// the tenant waited for.
+std::chrono::microseconds wait_for_expected(std::span<const TrainingRequest> pending,
+                                            const std::map<std::uint64_t, TenantShare>& shares,
+                                            const std::map<std::uint64_t, Clock::time_point>& expected,
+                                            Clock::time_point now, double window_s);
 
 Decision pick_training(std::span<const TrainingRequest> pending, const std::map<std::uint64_t, TenantShare>& shares,
                        const std::set<std::uint64_t>& active, Clock::time_point now, const TrainingPolicy& policy);

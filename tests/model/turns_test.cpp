@@ -163,7 +163,10 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   const sched::TrainingPolicy training{batch, 0.02};
   std::chrono::microseconds wait{};
   const std::set<std::uint64_t> active = {tenant_id("a"), tenant_id("b")};
-  auto next = [&] { return q.next(t0, batch, training, 0, active, share, false, wait, WorkQueues::Serves::Training); };
+  auto next_at = [&](sched::Clock::time_point now) {
+    return q.next(now, batch, training, 0, active, share, false, wait, WorkQueues::Serves::Training);
+  };
+  auto next = [&] { return next_at(t0); };
   auto only = [](const std::optional<WorkQueues::Turn>& t) { return t && t->works.size() == 1 ? tenant_of(t->works[0]) : ""; };
   share.charge(tenant_id("a"), 0.05);
   // a's step goes on one lane (b is away: with lanes to spare nobody is waited for).
@@ -180,16 +183,34 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   CHECK_FALSE(next());
   // b's turn ends, charged past a: ahead of a, whose turn still runs, b waits ...
   share.charge(tenant_id("b"), 0.3);
-  q.training_done({tenant_id("b")});
+  q.training_done({tenant_id("b")}, t0);
   CHECK_FALSE(q.training_running(tenant_id("b")));
   CHECK_FALSE(next());
   // ... until a's ends: then a (now behind) leads, and b still waits beside it.
   share.charge(tenant_id("a"), 0.1);
-  q.training_done({tenant_id("a")});
+  q.training_done({tenant_id("a")}, t0);
   CHECK(only(next()) == "a");
   CHECK_FALSE(next());
-  q.training_done({tenant_id("a")});
-  CHECK(only(next()) == "b");
+  // a's turn ends with nothing of a's queued: a closed loop between its reply and its next step,
+  // behind b. A free lane does not give b the turn at once: a is expected back for T (rule 1c) ...
+  using std::chrono::microseconds, std::chrono::milliseconds;
+  q.training_done({tenant_id("a")}, t0);
+  CHECK_FALSE(next_at(t0 + microseconds(500)));
+  CHECK(wait == microseconds(1500));
+  // ... and its next step, arriving within T, goes first.
+  q.push(step("a"), share, false);
+  CHECK(only(next_at(t0 + milliseconds(1))) == "a");
+  // Ahead after that turn, a is not waited for: b goes as a's turn ends.
+  share.charge(tenant_id("a"), 0.2);
+  q.training_done({tenant_id("a")}, t0 + milliseconds(5));
+  CHECK(only(next_at(t0 + milliseconds(5))) == "b");
+  // Behind again, a is waited for only until its turn's end + T, whether or not it comes.
+  share.charge(tenant_id("b"), 0.3);
+  q.training_done({tenant_id("b")}, t0 + milliseconds(6));
+  q.push(step("b"), share, false);
+  CHECK_FALSE(next_at(t0 + milliseconds(6)));
+  CHECK(wait == microseconds(1000));
+  CHECK(only(next_at(t0 + milliseconds(7))) == "b");
 }
 
 TEST_CASE("an inference group does not wait for a tenant whose request is in another lane's pass",

@@ -145,3 +145,22 @@ TEST_CASE("beside running training turns only a tenant not ahead of them starts,
   CHECK(may_start_beside(3, {1}, shares, 0.02));       // a higher class, however far ahead
   CHECK_FALSE(may_start_beside(4, {1}, shares, 0.02)); // a lower class waits, however far behind
 }
+
+TEST_CASE("with several lanes a tenant just served and behind the leader is waited for until its turn's end + T",
+          "[sched][fair]") {
+  // Tenant 1 leads what is pending (virtual time 1.0); tenant 2 (0.5) ended a turn and is expected
+  // back until t0 + 2 ms; tenant 3 is in a higher class; tenant 4 is within the window.
+  std::map<std::uint64_t, TenantShare> shares{{1, {1.0}}, {2, {0.5}}, {3, {9.0, 1, 1}}, {4, {0.99}}};
+  const TrainingRequest q[] = {sft(1, t0)};
+  CHECK(wait_for_expected(q, shares, {{2, t0 + 2ms}}, t0 + 500us, 0.02) == 1500us);
+  CHECK(wait_for_expected(q, shares, {{2, t0 + 2ms}}, t0 + 2ms, 0.02) == 0us);  // T is over
+  CHECK(wait_for_expected(q, shares, {}, t0, 0.02) == 0us);                     // nobody expected
+  CHECK(wait_for_expected(q, shares, {{4, t0 + 2ms}}, t0, 0.02) == 0us);        // not behind by the window
+  CHECK(wait_for_expected(q, shares, {{3, t0 + 1ms}}, t0, 0.02) == 1000us);     // its class goes first
+  // The one ahead is not waited for: with tenant 2 pending and leading, tenant 1 expected back.
+  const TrainingRequest q2[] = {sft(2, t0)};
+  CHECK(wait_for_expected(q2, shares, {{1, t0 + 2ms}}, t0, 0.02) == 0us);
+  // Nor is one of a lower class than the leader.
+  const TrainingRequest q3[] = {sft(3, t0)};
+  CHECK(wait_for_expected(q3, shares, {{2, t0 + 2ms}}, t0, 0.02) == 0us);
+}
