@@ -70,8 +70,8 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
     // less than T ago and is behind (rule 1c, fair_share.hpp). (One lane waits up to T for any
     // active tenant behind, so a closed loop is not passed over: pick_training's rule 1b.)
     if (concurrent_training_) {
-      std::set<std::uint64_t> queued;
-      for (const auto& w : training_) queued.insert(tenant_id(tenant_of(w)));
+      std::set<std::uint64_t> queued_or_running;
+      training_tenants(queued_or_running);
       std::map<std::uint64_t, Clock::time_point> expected;
       for (auto it = turn_ended_.begin(); it != turn_ended_.end();) {
         const auto until = it->second + training.batch.max_wait;
@@ -79,7 +79,7 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
           it = turn_ended_.erase(it);  // kept T at most: the map holds the tenants of the last T
           continue;
         }
-        if (!queued.count(it->first) && !running_training_.count(it->first)) expected[it->first] = until;
+        if (!queued_or_running.count(it->first)) expected[it->first] = until;
         ++it;
       }
       if (const auto w = sched::wait_for_expected(views, share.shares(), expected, now, training.group_window_s);
