@@ -134,7 +134,7 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
       for (const auto& w : turn.works) running_inference_.insert(tenant_id(tenant_of(w)));
       return turn;
     }
-    wait = d.wait;
+    wait = std::min(wait, d.wait);  // an owed training turn's wait (above) may be the sooner
   }
   if (serves_training && !training_owed && !training_.empty()) return training_turn();
   return std::nullopt;

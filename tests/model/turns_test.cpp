@@ -213,6 +213,30 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   CHECK(only(next_at(t0 + milliseconds(7))) == "b");
 }
 
+TEST_CASE("a lane that serves both waits for the sooner of an owed training turn and an inference group",
+          "[model][turns][sched]") {
+  using namespace model::detail;
+  sched::FairShare share;
+  WorkQueues q;
+  const auto t0 = sched::Clock::time_point{} + std::chrono::seconds(100);
+  const sched::BatchPolicy batch{64, std::chrono::microseconds(2000)};
+  const sched::TrainingPolicy training{batch, 0.02};
+  using std::chrono::microseconds;
+  // Training is owed. a's step has waited 1.5 ms for b (behind a, between its steps: rule 1b);
+  // c's predict has just come and waits for d, attached, to join its group.
+  share.charge(tenant_id("a"), 0.05);
+  q.push(request_of<model::op::SftStep>("a", 4, t0), share, false);
+  q.push(request_of<model::op::Predict>("c", 1, t0 + microseconds(1500)), share, false);
+  const std::set<std::uint64_t> active = {tenant_id("a"), tenant_id("b")};
+  std::chrono::microseconds wait{};
+  CHECK_FALSE(q.next(t0 + microseconds(1500), batch, training, 2, active, share, true, wait));
+  // The lane wakes when a's wait ends (0.5 ms), not when c's group would go (2 ms).
+  CHECK(wait == microseconds(500));
+  // Not owed, the same queues give the same sooner wait.
+  CHECK_FALSE(q.next(t0 + microseconds(1500), batch, training, 2, active, share, false, wait));
+  CHECK(wait == microseconds(500));
+}
+
 TEST_CASE("an inference group does not wait for a tenant whose request is in another lane's pass",
           "[model][turns][sched][lanes]") {
   using namespace model::detail;
