@@ -85,7 +85,7 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
         {
           MutexLock lk(replica.mu_);
           lane.busy = std::uncaught_exceptions() > 0;  // a lane going down never reads as idle
-          replica.queues_.training_done(tenants, sched::Clock::now());
+          replica.queues_.training_done(tenants, sched::Clock::now(), {});  // failed: not expected back
           replica.queues_.inference_done(inference);
         }
         // Another lane may take their work now (training, or inference held while they ran).
@@ -232,7 +232,7 @@ void Replica::execute(Lane& lane, WorkQueues::Turn& turn, std::vector<std::uint6
     for (const auto& [tenant, seconds] : charged) share_.charge(tenant_id(tenant), seconds);
     // Unmarked with the charge, under one lock: a step pushed in between would otherwise be
     // lifted to the charged virtual time of a tenant that still reads as running.
-    queues_.training_done(running, end);
+    queues_.training_done(running, end, end - busy.started());
     // A training lane is idle from here (it only loops back to pick), and says so with the
     // unmark: else a later training lane, woken below, found it still busy and took the
     // tenant's next step, already sent on the reply, on a cold OpenMP pool and arena (5-8% of a

@@ -66,20 +66,23 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
     }
     if (views.empty()) return std::nullopt;
     // With several training lanes, a turn never waits for a tenant that is away (between its
-    // steps) to come or join: when it comes another lane serves it; except one that ended a turn
-    // less than T ago and is behind (rule 1c, fair_share.hpp). (One lane waits up to T for any
-    // active tenant behind, so a closed loop is not passed over: pick_training's rule 1b.)
+    // steps) to come or join: when it comes another lane serves it; except one still active
+    // (attached) that ended a turn of T or more less than T ago and is behind (rule 1c,
+    // fair_share.hpp; why the floor: training_done). (One lane waits up to T for any active
+    // tenant behind, so a closed loop is not passed over: pick_training's rule 1b.)
     if (concurrent_training_) {
       std::set<std::uint64_t> queued_or_running;
       training_tenants(queued_or_running);
       std::map<std::uint64_t, Clock::time_point> expected;
       for (auto it = turn_ended_.begin(); it != turn_ended_.end();) {
-        const auto until = it->second + training.batch.max_wait;
+        const auto until = it->second.ended + training.batch.max_wait;
         if (until <= now) {
-          it = turn_ended_.erase(it);  // kept T at most: the map holds the tenants of the last T
+          it = turn_ended_.erase(it);
           continue;
         }
-        if (!queued_or_running.count(it->first)) expected[it->first] = until;
+        if (!queued_or_running.count(it->first) && active_training.count(it->first) &&
+            it->second.took >= training.batch.max_wait)
+          expected[it->first] = until;
         ++it;
       }
       if (const auto w = sched::wait_for_expected(views, share.shares(), expected, now, training.group_window_s);

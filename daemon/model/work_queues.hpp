@@ -64,13 +64,17 @@ class WorkQueues {
   std::size_t training_size() const { return training_.size(); }
   // Several training lanes take turns at once (set once, before any lane starts).
   void set_concurrent_training(bool on) { concurrent_training_ = on; }
-  // The training turn of these tenants (tenant_id) has ended, or failed, at `ended`: their work
-  // may go again, and (several training lanes) each is expected back until `ended` + T
-  // (sched::wait_for_expected).
-  void training_done(const std::vector<std::uint64_t>& tenants, Clock::time_point ended) {
+  // The training turn of these tenants (tenant_id) has ended at `ended` after running `took`
+  // (a failed turn: zero): their work may go again, and (several training lanes) each is
+  // expected back until `ended` + T (sched::wait_for_expected) if the turn ran T at least.
+  // Why that floor: a tenant behind that sends turns shorter than T (slot operations, failing
+  // steps) would otherwise hold every free lane idle for T after each, charged for microseconds,
+  // and the tenant ahead would run only once it caught up; with it, a lane waits at most as long
+  // as the turn it waits after, and the tenant is charged that turn.
+  void training_done(const std::vector<std::uint64_t>& tenants, Clock::time_point ended, Clock::duration took) {
     for (auto id : tenants) {
       running_training_.erase(id);
-      if (concurrent_training_) turn_ended_[id] = ended;
+      if (concurrent_training_) turn_ended_[id] = {ended, took};
     }
   }
   bool training_running(std::uint64_t tenant) const { return running_training_.count(tenant) != 0; }
@@ -92,7 +96,13 @@ class WorkQueues {
   static std::vector<Work> take(std::deque<Work>& q, const std::vector<std::size_t>& indices);
   std::deque<Work> inference_, training_;
   std::set<std::uint64_t> running_training_;  // tenants of the training turns under way
-  std::map<std::uint64_t, Clock::time_point> turn_ended_;  // several training lanes: each one's last turn's end, until T after
+  struct TurnEnd {
+    Clock::time_point ended;
+    Clock::duration took;
+  };
+  // Several training lanes: each tenant's last turn, dropped by the first pick T after its end
+  // (one entry per tenant that trained at most; a stale one is never waited for).
+  std::map<std::uint64_t, TurnEnd> turn_ended_;
   std::multiset<std::uint64_t> running_inference_;  // of the inference turns under way, once per work
   bool concurrent_training_ = false;
 };

@@ -69,8 +69,11 @@ bool may_start_beside(std::uint64_t tenant, const std::set<std::uint64_t>& runni
 // device by alone rates, not 0.67: docs/results.md). So a tenant whose last turn ended moments
 // ago (`expected`: tenant -> until when it is expected back, its turn's end + T) and that is
 // behind the leader of `pending` by more than `window_s` of virtual time, or in a higher
-// priority class, is waited for: how long to wait, or 0 to pick now. Bounded: T per turn of
-// the tenant waited for.
+// priority class, is waited for: how long to wait, or 0 to pick now. Bounded: T after a turn
+// of the tenant waited for, and the caller counts as expected only a tenant whose turn ran T at
+// least (WorkQueues::training_done says why). A higher class is waited for whatever its virtual
+// time, as its work would go first if it were pending (1b, for one lane, waits for a higher
+// class only when it is also behind the leader in virtual time).
 std::chrono::microseconds wait_for_expected(std::span<const TrainingRequest> pending,
                                             const std::map<std::uint64_t, TenantShare>& shares,
                                             const std::map<std::uint64_t, Clock::time_point>& expected,

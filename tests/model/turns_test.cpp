@@ -168,6 +168,7 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   };
   auto next = [&] { return next_at(t0); };
   auto only = [](const std::optional<WorkQueues::Turn>& t) { return t && t->works.size() == 1 ? tenant_of(t->works[0]) : ""; };
+  const auto long_turn = std::chrono::milliseconds(10);  // a turn's length, T or more
   share.charge(tenant_id("a"), 0.05);
   // a's step goes on one lane (b is away: with lanes to spare nobody is waited for).
   q.push(step("a"), share, false);
@@ -183,18 +184,18 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   CHECK_FALSE(next());
   // b's turn ends, charged past a: ahead of a, whose turn still runs, b waits ...
   share.charge(tenant_id("b"), 0.3);
-  q.training_done({tenant_id("b")}, t0);
+  q.training_done({tenant_id("b")}, t0, long_turn);
   CHECK_FALSE(q.training_running(tenant_id("b")));
   CHECK_FALSE(next());
   // ... until a's ends: then a (now behind) leads, and b still waits beside it.
   share.charge(tenant_id("a"), 0.1);
-  q.training_done({tenant_id("a")}, t0);
+  q.training_done({tenant_id("a")}, t0, long_turn);
   CHECK(only(next()) == "a");
   CHECK_FALSE(next());
   // a's turn ends with nothing of a's queued: a closed loop between its reply and its next step,
   // behind b. A free lane does not give b the turn at once: a is expected back for T (rule 1c) ...
   using std::chrono::microseconds, std::chrono::milliseconds;
-  q.training_done({tenant_id("a")}, t0);
+  q.training_done({tenant_id("a")}, t0, long_turn);
   CHECK_FALSE(next_at(t0 + microseconds(500)));
   CHECK(wait == microseconds(1500));
   // ... and its next step, arriving within T, goes first.
@@ -202,15 +203,39 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   CHECK(only(next_at(t0 + milliseconds(1))) == "a");
   // Ahead after that turn, a is not waited for: b goes as a's turn ends.
   share.charge(tenant_id("a"), 0.2);
-  q.training_done({tenant_id("a")}, t0 + milliseconds(5));
+  q.training_done({tenant_id("a")}, t0 + milliseconds(5), long_turn);
   CHECK(only(next_at(t0 + milliseconds(5))) == "b");
   // Behind again, a is waited for only until its turn's end + T, whether or not it comes.
   share.charge(tenant_id("b"), 0.3);
-  q.training_done({tenant_id("b")}, t0 + milliseconds(6));
+  q.training_done({tenant_id("b")}, t0 + milliseconds(6), long_turn);
   q.push(step("b"), share, false);
   CHECK_FALSE(next_at(t0 + milliseconds(6)));
   CHECK(wait == microseconds(1000));
   CHECK(only(next_at(t0 + milliseconds(7))) == "b");
+  // Still behind, a is not waited for after a turn shorter than T (a slot operation) ...
+  q.training_done({tenant_id("b")}, t0 + milliseconds(8), long_turn);
+  q.push(step("a"), share, false);
+  CHECK(only(next_at(t0 + milliseconds(8))) == "a");
+  q.training_done({tenant_id("a")}, t0 + milliseconds(9), milliseconds(1));
+  q.push(step("b"), share, false);
+  CHECK(only(next_at(t0 + milliseconds(9))) == "b");
+  // ... nor after a turn that failed ...
+  q.training_done({tenant_id("b")}, t0 + milliseconds(10), long_turn);
+  q.push(step("a"), share, false);
+  CHECK(only(next_at(t0 + milliseconds(10))) == "a");
+  q.training_done({tenant_id("a")}, t0 + milliseconds(11), {});
+  q.push(step("b"), share, false);
+  CHECK(only(next_at(t0 + milliseconds(11))) == "b");
+  // ... nor once it is no longer active (detached), though after a long turn it would be.
+  q.training_done({tenant_id("b")}, t0 + milliseconds(12), long_turn);
+  q.push(step("a"), share, false);
+  CHECK(only(next_at(t0 + milliseconds(12))) == "a");
+  q.training_done({tenant_id("a")}, t0 + milliseconds(13), long_turn);
+  q.push(step("b"), share, false);
+  CHECK_FALSE(next_at(t0 + milliseconds(13)));
+  const std::set<std::uint64_t> b_only = {tenant_id("b")};
+  const auto turn = q.next(t0 + milliseconds(13), batch, training, 0, b_only, share, false, wait, WorkQueues::Serves::Training);
+  CHECK(only(turn) == "b");
 }
 
 TEST_CASE("a lane that serves both waits for the sooner of an owed training turn and an inference group",
