@@ -191,6 +191,7 @@ void Replica::submit(Work w) {
     bool returning = false;
     if (is_inference(w)) {
       last_inference_ = sched::Clock::now();
+      inference_pace_.requested(tenant_id(tenant_of(w)), last_inference_);
     } else {
       const auto now = sched::Clock::now();
       auto [it, fresh] = last_training_.try_emplace(tenant_id(tenant_of(w)), now);
@@ -205,7 +206,6 @@ void Replica::submit(Work w) {
 void Replica::tenant_attached(const std::string& tenant, std::uint32_t uid) {
   registry_->attached(tenant, uid);
   MutexLock lk(mu_);
-  attached_names_.insert(tenant);
   attached_ids_.insert(tenant_id(tenant));
 }
 
@@ -213,9 +213,8 @@ void Replica::tenant_detached(const std::string& tenant) {
   registry_->detached(tenant);
   {
     MutexLock lk(mu_);
-    attached_names_.erase(tenant);
     attached_ids_.erase(tenant_id(tenant));
-    attached_.erase(tenant);
+    inference_pace_.forget(tenant_id(tenant));
   }
   cv_.notify_all();  // a waiting group may now hold every active tenant
 }
@@ -240,7 +239,7 @@ ModelStats Replica::stats() const {
   return s;
 }
 
-// A registered, attached tenant is waited for when inference groups form; nexusctl tenants shows its adapter.
+// nexusctl tenants shows a registered tenant's adapter.
 void Replica::note_registered(const std::string& tenant) {
   if (SlotEntry* e = registry_->find(tenant)) {
     const auto described = describe_adapter(e->trainer->head().spec().adapter);
@@ -248,8 +247,6 @@ void Replica::note_registered(const std::string& tenant) {
     if (described.empty()) stats_.adapters.erase(tenant);
     else stats_.adapters[tenant] = described;
   }
-  MutexLock lk(mu_);
-  if (attached_names_.count(tenant)) attached_.insert(tenant);
 }
 
 }  // namespace nexus::model::detail

@@ -38,6 +38,7 @@
 #include "daemon/model/work.hpp"
 #include "daemon/model/work_queues.hpp"
 #include "daemon/sync/mutex.hpp"
+#include "daemon/sched/inference_pace.hpp"
 #include "daemon/sched/turn_sizer.hpp"
 
 namespace nexus::model::detail {
@@ -103,6 +104,10 @@ class Replica {
   sched::TurnBudget turn_budget(const std::set<std::uint64_t>& in_turn) const NEXUS_REQUIRES(mu_);
   // Tenants that trained within the last 2 s, or have training work waiting, and are still attached.
   std::set<std::uint64_t> training_active(sched::Clock::time_point now) const NEXUS_REQUIRES(mu_);
+  // The attached tenants that asked for inference in the last kContendedWithin, each with when
+  // its next request is due: who an inference group may wait for (WorkQueues::next).
+  std::map<std::uint64_t, sched::Clock::time_point> inference_expected(sched::Clock::time_point now) const
+      NEXUS_REQUIRES(mu_);
   void note_registered(const std::string& tenant);
 
   const ModelConfig config_;
@@ -122,9 +127,7 @@ class Replica {
   WorkQueues queues_ NEXUS_GUARDED_BY(mu_);
   sched::FairShare share_ NEXUS_GUARDED_BY(mu_);
   std::map<std::uint64_t, sched::Clock::time_point> last_training_ NEXUS_GUARDED_BY(mu_);
-  std::set<std::string> attached_names_ NEXUS_GUARDED_BY(mu_);  // attached now
-  std::set<std::uint64_t> attached_ids_ NEXUS_GUARDED_BY(mu_);  // the same, as ids
-  std::set<std::string> attached_ NEXUS_GUARDED_BY(mu_);  // attached and registered
+  std::set<std::uint64_t> attached_ids_ NEXUS_GUARDED_BY(mu_);  // attached now
   bool stop_ NEXUS_GUARDED_BY(mu_) = false;
   double busy_train_ NEXUS_GUARDED_BY(mu_) = 0, busy_infer_ NEXUS_GUARDED_BY(mu_) = 0;  // recent, decaying
   sched::TurnSizer turn_sizer_ NEXUS_GUARDED_BY(mu_);  // training passes' cost
@@ -134,6 +137,8 @@ class Replica {
   static constexpr auto kContendedWithin = std::chrono::seconds(2);
   bool contended_ NEXUS_GUARDED_BY(mu_) = false;
   sched::Clock::time_point last_inference_ NEXUS_GUARDED_BY(mu_){};
+  // When each tenant's next inference request is due (dropped as the tenant detaches).
+  sched::InferencePace inference_pace_ NEXUS_GUARDED_BY(mu_);
   sched::Clock::time_point last_turn_end_ NEXUS_GUARDED_BY(mu_) = sched::Clock::now();
 
   mutable std::mutex stats_mu_;

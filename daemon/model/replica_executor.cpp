@@ -87,6 +87,7 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
           lane.busy = std::uncaught_exceptions() > 0;  // a lane going down never reads as idle
           replica.queues_.training_done(tenants, sched::Clock::now(), {});  // failed: not expected back
           replica.queues_.inference_done(inference);
+          for (auto id : inference) replica.inference_pace_.answered(id, sched::Clock::now());
         }
         // Another lane may take their work now (training, or inference held while they ran).
         if (!tenants.empty() || !inference.empty()) replica.cv_.notify_all();
@@ -105,7 +106,7 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
         std::chrono::microseconds until{0};
         contended_ = active.size() > 1 || now - last_inference_ < kContendedWithin;
         const bool owed = busy_train_ < config_.min_training_share * (busy_train_ + busy_infer_);
-        turn = queues_.next(now, config_.batch, training, attached_.size(), active, share_, owed, until, lane.serves);
+        turn = queues_.next(now, config_.batch, training, inference_expected(now), active, share_, owed, until, lane.serves);
         wait = std::min(wait, until);
         if (turn && !turn->inference && queues_.concurrent_training())
           for (const auto& w : turn->works) unmark.tenants.push_back(tenant_id(tenant_of(w)));
@@ -256,6 +257,15 @@ std::set<std::uint64_t> Replica::training_active(sched::Clock::time_point now) c
   for (auto id : waiting)
     if (attached_ids_.count(id)) active.insert(id);
   return active;
+}
+
+// Not every attached tenant (as before): one that only trains, or comes back later than the
+// window (an RL job whose simulators step longer than T, one in its update), never joined the
+// group, and every group beside it waited out T (sched/inference_pace.hpp).
+std::map<std::uint64_t, sched::Clock::time_point> Replica::inference_expected(sched::Clock::time_point now) const {
+  auto due = inference_pace_.expected(now, kContendedWithin);
+  std::erase_if(due, [&](const auto& e) { return !attached_ids_.count(e.first); });
+  return due;
 }
 
 std::int64_t Replica::split_above(const std::vector<Work>& turn) const {

@@ -34,7 +34,8 @@ std::vector<Work> WorkQueues::take(std::deque<Work>& q, const std::vector<std::s
 }
 
 std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sched::BatchPolicy& batch,
-                                                 const sched::TrainingPolicy& training, std::size_t active_inference,
+                                                 const sched::TrainingPolicy& training,
+                                                 const std::map<std::uint64_t, Clock::time_point>& inference_expected,
                                                  const std::set<std::uint64_t>& active_training,
                                                  const sched::FairShare& share, bool training_owed,
                                                  std::chrono::microseconds& wait, Serves serves) {
@@ -127,9 +128,18 @@ std::optional<WorkQueues::Turn> WorkQueues::next(Clock::time_point now, const sc
       views.push_back({key_of(w), samples_of(w), id, true, arrival_of(w)});
       position.push_back(i);
     }
-    const auto could_join = active_inference - std::min(active_inference, elsewhere.size());
     sched::Decision d{{}, std::chrono::microseconds::max()};  // all held: woken as those turns end
-    if (!views.empty()) d = sched::decide(views, now, batch, std::max<std::size_t>(1, could_join));
+    if (!views.empty()) {
+      // Who the group may hold: the tenants queued here, and those due before its window ends
+      // but not overdue by more than T (paused: an RL job's update); not one whose request is in
+      // another lane's pass either: it cannot send another before that pass answers.
+      std::set<std::uint64_t> could_join;
+      for (const auto& v : views) could_join.insert(v.tenant);
+      const auto window_ends = views.front().arrival + batch.max_wait;
+      for (const auto& [id, due] : inference_expected)
+        if (!elsewhere.count(id) && due <= window_ends && now - due <= batch.max_wait) could_join.insert(id);
+      d = sched::decide(views, now, batch, could_join.size());
+    }
     if (!d.take.empty()) {
       std::vector<std::size_t> take_at;
       for (auto i : d.take) take_at.push_back(position[i]);

@@ -47,12 +47,14 @@ class WorkQueues {
   // The next micro-batch of a step already under way (GroupExecutor's continuations).
   void push_continuation(Work w) { training_.push_back(std::move(w)); }
   // The next turn, or nullopt and how long until the decision may change by itself.
-  // active_inference: tenants worth waiting for in an inference group (attached, registered);
-  // active_training: those that trained lately.
+  // inference_expected: the tenants that asked for inference lately, each with when its next
+  // request is due (sched::InferencePace); an inference group waits (up to T) only for those due
+  // within T of its oldest request. active_training: those that trained lately.
   // `serves`: the queues the asking lane serves (training_owed applies to Both only: a training
   // lane of its own needs no floor).
   std::optional<Turn> next(Clock::time_point now, const sched::BatchPolicy& batch, const sched::TrainingPolicy& training,
-                           std::size_t active_inference, const std::set<std::uint64_t>& active_training,
+                           const std::map<std::uint64_t, Clock::time_point>& inference_expected,
+                           const std::set<std::uint64_t>& active_training,
                            const sched::FairShare& share, bool training_owed, std::chrono::microseconds& wait,
                            Serves serves = Serves::Both);
   // Work of the queue(s) `serves` names is waiting.

@@ -284,3 +284,25 @@ TEST_CASE("a tenant training alone is served by the first training lane", "[inte
   REQUIRE(first > 0);
   CHECK(second < 0.02 * (first + second));
 }
+
+// An inference group waits (up to the batch window) only for tenants that have asked for
+// inference lately: one that only trains never joins a group, so waiting for it stalled every
+// group beside it for the whole window (docs/design/service.md, "An inference group waits only
+// for tenants that could join it"). Mutation: counting every attached tenant, as before, makes
+// each predict below wait out the 5 s window.
+TEST_CASE("an inference group does not wait out the window for a tenant that only trains", "[integration][model][lanes]") {
+  TempDir dir;
+  Daemon d(flags(dir.path, "batch_wait_us = 5000000\n"));  // far longer than a predict
+  auto trainer = attach(d, "trainer");
+  const auto bb = trainer->register_tenant(small_head());
+  const auto batch = make_batch(*trainer, bb, 4, 3);
+  trainer->sft_step(batch.obs(), batch.actions);
+  auto actor = attach(d, "actor");
+  actor->register_tenant(small_head());
+  const auto probe = make_batch(*actor, bb, 1, 7);
+  const auto t0 = Clock::now();
+  for (int i = 0; i < 3; ++i) actor->predict(probe.obs());
+  const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+  INFO("three predicts beside a tenant that only trains took " << took << " s");
+  CHECK(took < 4.0);
+}

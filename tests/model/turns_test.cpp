@@ -113,7 +113,7 @@ TEST_CASE("the Training Queue serves another tenant between a big step's micro-b
   const sched::TrainingPolicy training{batch, 0.02};
   std::chrono::microseconds wait{};
   const std::set<std::uint64_t> active = {tenant_id("big"), tenant_id("small")};
-  auto turn = q.next(t0 + std::chrono::milliseconds(1), batch, training, 0, active, share, false, wait);
+  auto turn = q.next(t0 + std::chrono::milliseconds(1), batch, training, {}, active, share, false, wait);
   REQUIRE(turn);
   // The small tenant leads (less compute), and the big step's next micro-batch rides in its pass;
   // the big tenant's queued step does not, while its micro-batches are unfinished.
@@ -131,21 +131,21 @@ TEST_CASE("the Training Queue serves another tenant between a big step's micro-b
   // and its next step) is behind: the Training Queue holds up to T for it ...
   const auto t1 = t0 + std::chrono::milliseconds(30);
   q.push_continuation(MicroWork{chain, "big", t1});
-  turn = q.next(t1 + std::chrono::microseconds(500), batch, training, 0, active, share, false, wait);
+  turn = q.next(t1 + std::chrono::microseconds(500), batch, training, {}, active, share, false, wait);
   CHECK_FALSE(turn);
   CHECK(wait == std::chrono::microseconds(1500));
   // ... and its next step, arriving within T, goes first again with the micro-batch riding.
   auto next_small = step("small", 4);
   std::get<TenantWork>(next_small).request.arrival = t1 + std::chrono::milliseconds(1);
   q.push(std::move(next_small), share, false);
-  turn = q.next(t1 + std::chrono::milliseconds(1), batch, training, 0, active, share, false, wait);
+  turn = q.next(t1 + std::chrono::milliseconds(1), batch, training, {}, active, share, false, wait);
   REQUIRE(turn);
   REQUIRE(turn->works.size() == 2);
   CHECK(tenant_of(turn->works.front()) == "small");  // the leader, then the rider
   CHECK(tenant_of(turn->works.back()) == "big");
   CHECK(std::holds_alternative<MicroWork>(turn->works.back()));
   // With the chain no longer queued, the big tenant's next step may go.
-  turn = q.next(t1 + std::chrono::milliseconds(2), batch, training, 0, active, share, false, wait);
+  turn = q.next(t1 + std::chrono::milliseconds(2), batch, training, {}, active, share, false, wait);
   REQUIRE(turn);
   CHECK(tenant_of(turn->works.front()) == "big");
   CHECK(std::holds_alternative<TenantWork>(turn->works.front()));
@@ -164,7 +164,7 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   std::chrono::microseconds wait{};
   const std::set<std::uint64_t> active = {tenant_id("a"), tenant_id("b")};
   auto next_at = [&](sched::Clock::time_point now) {
-    return q.next(now, batch, training, 0, active, share, false, wait, WorkQueues::Serves::Training);
+    return q.next(now, batch, training, {}, active, share, false, wait, WorkQueues::Serves::Training);
   };
   auto next = [&] { return next_at(t0); };
   auto only = [](const std::optional<WorkQueues::Turn>& t) { return t && t->works.size() == 1 ? tenant_of(t->works[0]) : ""; };
@@ -234,7 +234,7 @@ TEST_CASE("with several training lanes a tenant's turns never overlap and the te
   q.push(step("b"), share, false);
   CHECK_FALSE(next_at(t0 + milliseconds(13)));
   const std::set<std::uint64_t> b_only = {tenant_id("b")};
-  const auto turn = q.next(t0 + milliseconds(13), batch, training, 0, b_only, share, false, wait, WorkQueues::Serves::Training);
+  const auto turn = q.next(t0 + milliseconds(13), batch, training, {}, b_only, share, false, wait, WorkQueues::Serves::Training);
   CHECK(only(turn) == "b");
 }
 
@@ -253,12 +253,14 @@ TEST_CASE("a lane that serves both waits for the sooner of an owed training turn
   q.push(request_of<model::op::SftStep>("a", 4, t0), share, false);
   q.push(request_of<model::op::Predict>("c", 1, t0 + microseconds(1500)), share, false);
   const std::set<std::uint64_t> active = {tenant_id("a"), tenant_id("b")};
+  const std::map<std::uint64_t, sched::Clock::time_point> due = {{tenant_id("c"), t0 + microseconds(1500)},
+                                                                 {tenant_id("d"), t0 + microseconds(1500)}};
   std::chrono::microseconds wait{};
-  CHECK_FALSE(q.next(t0 + microseconds(1500), batch, training, 2, active, share, true, wait));
+  CHECK_FALSE(q.next(t0 + microseconds(1500), batch, training, due, active, share, true, wait));
   // The lane wakes when a's wait ends (0.5 ms), not when c's group would go (2 ms).
   CHECK(wait == microseconds(500));
   // Not owed, the same queues give the same sooner wait.
-  CHECK_FALSE(q.next(t0 + microseconds(1500), batch, training, 2, active, share, false, wait));
+  CHECK_FALSE(q.next(t0 + microseconds(1500), batch, training, due, active, share, false, wait));
   CHECK(wait == microseconds(500));
 }
 
@@ -273,10 +275,12 @@ TEST_CASE("an inference group does not wait for a tenant whose request is in ano
   const sched::TrainingPolicy training{batch, 0.02};
   std::chrono::microseconds wait{};
   const std::set<std::uint64_t> none;
-  // Three tenants attached; a's request goes on one inference lane (everyone else is away: the
-  // window passed).
+  // Three tenants, each due as t0; a's request goes on one inference lane (everyone else is away:
+  // the window passed).
+  const std::map<std::uint64_t, sched::Clock::time_point> due = {
+      {tenant_id("a"), t0}, {tenant_id("b"), t0}, {tenant_id("c"), t0}};
   auto next = [&](std::chrono::microseconds at) {
-    return q.next(t0 + at, batch, training, 3, none, share, false, wait, WorkQueues::Serves::Inference);
+    return q.next(t0 + at, batch, training, due, none, share, false, wait, WorkQueues::Serves::Inference);
   };
   q.push(predict("a"), share, false);
   const auto first = next(std::chrono::microseconds(2000));
@@ -295,6 +299,49 @@ TEST_CASE("an inference group does not wait for a tenant whose request is in ano
   q.inference_done({tenant_id("b"), tenant_id("c")});
   q.push(predict("a"), share, false);
   CHECK_FALSE(next(std::chrono::microseconds(100)));
+}
+
+TEST_CASE("an inference group waits only for tenants due within its window", "[model][turns][sched]") {
+  using namespace model::detail;
+  using std::chrono::microseconds, std::chrono::milliseconds;
+  sched::FairShare share;
+  WorkQueues q;
+  const auto t0 = sched::Clock::time_point{} + std::chrono::seconds(100);
+  auto predict = [&](const std::string& tenant, milliseconds at) {
+    return request_of<model::op::Predict>(tenant, 1, t0 + at);
+  };
+  const sched::BatchPolicy batch{64, microseconds(2000)};
+  const sched::TrainingPolicy training{batch, 0.02};
+  std::chrono::microseconds wait{};
+  const std::set<std::uint64_t> none;
+  std::map<std::uint64_t, sched::Clock::time_point> due;
+  auto next = [&](milliseconds at) {
+    return q.next(t0 + at, batch, training, due, none, share, false, wait, WorkQueues::Serves::Inference);
+  };
+  const auto a = tenant_id("a"), b = tenant_id("b");
+  // b is due 5 ms on (its simulators step longer than T): a's request goes alone, at once.
+  q.push(predict("a", milliseconds(0)), share, false);
+  due = {{a, t0}, {b, t0 + milliseconds(5)}};
+  auto turn = next(milliseconds(0));
+  REQUIRE(turn);
+  CHECK(turn->works.size() == 1);
+  q.inference_done({a});
+  // b due within the window: waited for, and joins.
+  q.push(predict("a", milliseconds(10)), share, false);
+  due = {{a, t0 + milliseconds(10)}, {b, t0 + milliseconds(11)}};
+  CHECK_FALSE(next(milliseconds(10)));
+  CHECK(wait == microseconds(2000));
+  q.push(predict("b", milliseconds(11)), share, false);
+  turn = next(milliseconds(11));
+  REQUIRE(turn);
+  CHECK(turn->works.size() == 2);
+  q.inference_done({a, b});
+  // b overdue by more than T (paused: an RL job's update): not waited for.
+  q.push(predict("a", milliseconds(20)), share, false);
+  due = {{a, t0 + milliseconds(20)}, {b, t0 + milliseconds(17)}};
+  turn = next(milliseconds(20));
+  REQUIRE(turn);
+  CHECK(turn->works.size() == 1);
 }
 
 TEST_CASE("heads made on several lanes at once are the ones their seeds give", "[model][turns][lanes]") {
