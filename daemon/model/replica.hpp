@@ -104,10 +104,8 @@ class Replica {
   sched::TurnBudget turn_budget(const std::set<std::uint64_t>& in_turn) const NEXUS_REQUIRES(mu_);
   // Tenants that trained within the last 2 s, or have training work waiting, and are still attached.
   std::set<std::uint64_t> training_active(sched::Clock::time_point now) const NEXUS_REQUIRES(mu_);
-  // The attached tenants that asked for inference in the last kContendedWithin, each with when
-  // its next request is due: who an inference group may wait for (WorkQueues::next).
-  std::map<std::uint64_t, sched::Clock::time_point> inference_expected(sched::Clock::time_point now) const
-      NEXUS_REQUIRES(mu_);
+  // Attached tenants that asked for inference lately, each with when its next request is due.
+  std::map<std::uint64_t, sched::Clock::time_point> inference_expected(sched::Clock::time_point now) const NEXUS_REQUIRES(mu_);
   void note_registered(const std::string& tenant);
 
   const ModelConfig config_;

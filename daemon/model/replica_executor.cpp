@@ -264,7 +264,8 @@ std::set<std::uint64_t> Replica::training_active(sched::Clock::time_point now) c
 // group, and every group beside it waited out T (sched/inference_pace.hpp).
 std::map<std::uint64_t, sched::Clock::time_point> Replica::inference_expected(sched::Clock::time_point now) const {
   auto due = inference_pace_.expected(now, kContendedWithin);
-  std::erase_if(due, [&](const auto& e) { return !attached_ids_.count(e.first); });
+  for (auto it = due.begin(); it != due.end();)  // (a loop: the analysis cannot see the lock in a lambda)
+    it = attached_ids_.count(it->first) ? std::next(it) : due.erase(it);
   return due;
 }
 
