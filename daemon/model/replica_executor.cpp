@@ -85,9 +85,10 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
         {
           MutexLock lk(replica.mu_);
           lane.busy = std::uncaught_exceptions() > 0;  // a lane going down never reads as idle
-          replica.queues_.training_done(tenants, sched::Clock::now(), {});  // failed: not expected back
+          const auto now = sched::Clock::now();
+          replica.queues_.training_done(tenants, now, {});  // failed: not expected back
           replica.queues_.inference_done(inference);
-          for (auto id : inference) replica.inference_pace_.answered(id, sched::Clock::now());
+          for (auto id : inference) replica.inference_pace_.answered(id, now);
         }
         // Another lane may take their work now (training, or inference held while they ran).
         if (!tenants.empty() || !inference.empty()) replica.cv_.notify_all();
@@ -106,7 +107,9 @@ void Replica::serve(Lane& lane, std::uint64_t generation) {
         std::chrono::microseconds until{0};
         contended_ = active.size() > 1 || now - last_inference_ < kContendedWithin;
         const bool owed = busy_train_ < config_.min_training_share * (busy_train_ + busy_infer_);
-        turn = queues_.next(now, config_.batch, training, inference_expected(now), active, share_, owed, until, lane.serves);
+        const auto due = lane.serves == WorkQueues::Serves::Training ? decltype(inference_expected(now)){}
+                                                                      : inference_expected(now);  // training lanes form no groups
+        turn = queues_.next(now, config_.batch, training, due, active, share_, owed, until, lane.serves);
         wait = std::min(wait, until);
         if (turn && !turn->inference && queues_.concurrent_training())
           for (const auto& w : turn->works) unmark.tenants.push_back(tenant_id(tenant_of(w)));
